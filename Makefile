@@ -1,0 +1,37 @@
+# The two commands of the README:
+#   make run    a fresh machine to the main job (services, agents, sample scans through the pipeline)
+#   make test   everything CI checks: venv, services, ruff, mypy, pytest; stops what it started
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv run test lint typecheck unit integration clean
+
+$(BIN)/ocrstream: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(BIN)/ocrstream
+
+run: venv
+	bash scripts/run.sh
+
+test: venv
+	bash scripts/test.sh
+
+lint: venv
+	$(BIN)/ruff check ocrstream tests
+	$(BIN)/ruff format --check ocrstream tests
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -m "not integration" tests
+
+clean:
+	-$(BIN)/ocrstream infra down
+	rm -rf .infra

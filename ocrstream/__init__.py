@@ -1,0 +1,3 @@
+"""ocrstream: event-driven OCR of scanned documents on Apache Kafka."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,63 @@
+"""The ``ocrstream`` console script.
+
+Each subcommand lives in its own module and is imported only when it is run, so
+``ocrstream infra up`` never pays for loading the OCR models and vice versa.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from ocrstream import __version__
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "ocr": ("ocrstream.cli.ocr", "ocr"),
+    "infra": ("ocrstream.cli.infra", "infra"),
+    "topics": ("ocrstream.cli.topics", "topics"),
+    "splitter": ("ocrstream.cli.agents", "splitter"),
+    "ocr-worker": ("ocrstream.cli.agents", "ocr_worker"),
+    "assembler": ("ocrstream.cli.agents", "assembler"),
+    "lag-exporter": ("ocrstream.cli.agents", "lag_exporter"),
+    "all": ("ocrstream.cli.agents", "all_agents"),
+    "submit": ("ocrstream.cli.client", "submit"),
+    "run": ("ocrstream.cli.client", "run"),
+    "results": ("ocrstream.cli.client", "results"),
+    "scale": ("ocrstream.cli.scale", "scale"),
+    "bench": ("ocrstream.cli.bench", "bench"),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name == module_name:
+                return None
+            raise
+        command: Any = getattr(module, attr)
+        return command  # type: ignore[no-any-return]
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ocrstream")
+@click.option("--log-level", default="INFO", show_default=True, envvar="OCRSTREAM_LOG_LEVEL")
+@click.option("--log-json/--no-log-json", default=False, envvar="OCRSTREAM_LOG_JSON",
+              help="Log JSON lines (for ELK/Loki) instead of text.")
+def main(log_level: str, log_json: bool) -> None:
+    """ocrstream: OCR of scanned documents at scale on Kafka and S3."""
+    from ocrstream.logs import configure_logging
+
+    configure_logging(level=log_level, json_lines=log_json)

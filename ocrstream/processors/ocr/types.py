@@ -1,0 +1,66 @@
+"""The engine's records: what one page gives back, in the page shape of document.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Point = tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One recognised text line; polygon in page pixels, clockwise from top-left."""
+
+    text: str
+    confidence: float
+    polygon: tuple[Point, Point, Point, Point]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "confidence": round(float(self.confidence), 4),
+            "polygon": [[round(float(x), 1), round(float(y), 1)] for x, y in self.polygon],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    backend: str
+    model: str
+    version: str
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"backend": self.backend, "model": self.model, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class PageOCR:
+    """The result for one page, exactly the page object of document.json (plus timings)."""
+
+    width: int
+    height: int
+    lines: tuple[Line, ...]
+    rotation: int = 0
+    status: str = "ok"  # ok | empty | failed
+    error_code: str | None = None
+    error_message: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+    def to_dict(self, page_no: int) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "page_no": page_no,
+            "status": self.status,
+            "width": self.width,
+            "height": self.height,
+            "rotation": self.rotation,
+            "lines": [line.to_dict() for line in self.lines],
+        }
+        if self.error_code:
+            out["error"] = {"code": self.error_code, "message": self.error_message or ""}
+        return out

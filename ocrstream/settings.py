@@ -1,0 +1,190 @@
+"""Configuration: one frozen pydantic-settings model per component, env prefix ``OCRSTREAM_``.
+
+Nothing else in ocrstream reads the environment. Each entry point builds the models it needs
+(``KafkaSettings()``, ``S3Settings()`` …) and passes them down; library code takes them as
+arguments and never constructs them from globals.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _frozen(prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(
+        env_prefix=prefix, frozen=True, extra="ignore", populate_by_name=True
+    )
+
+
+def default_home() -> Path:
+    """Where local services and caches live: ``.infra/`` at the repository root."""
+    return Path(__file__).resolve().parent.parent / ".infra"
+
+
+class KafkaSettings(BaseSettings):
+    """How to reach Kafka; renders the librdkafka configuration.
+
+    SASL and TLS options pass through unchanged, so the same code runs against a managed
+    cluster (``security_protocol=SASL_SSL``, ``sasl_mechanism=SCRAM-SHA-512`` …).
+    """
+
+    model_config = _frozen("OCRSTREAM_KAFKA_")
+
+    bootstrap_servers: str = "127.0.0.1:19092"
+    client_id: str = Field(default_factory=lambda: f"ocrstream-{socket.gethostname()}")
+    topic_prefix: str = Field(
+        default="",
+        validation_alias=AliasChoices("OCRSTREAM_TOPIC_PREFIX", "OCRSTREAM_KAFKA_TOPIC_PREFIX"),
+    )
+    schema_registry_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OCRSTREAM_SCHEMA_REGISTRY_URL", "OCRSTREAM_KAFKA_SCHEMA_REGISTRY_URL"
+        ),
+    )
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: str | None = None
+    ssl_certificate_location: str | None = None
+    ssl_key_location: str | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_endpoint_identification: bool = True
+    extra: dict[str, str] = Field(
+        default_factory=dict,
+        description="Further librdkafka properties, as a JSON object in OCRSTREAM_KAFKA_EXTRA.",
+    )
+
+    def topic(self, name: str) -> str:
+        """The full topic name for a logical name such as ``ocr.pages.v1``."""
+        return f"{self.topic_prefix}{name}"
+
+    def librdkafka(self, **overrides: Any) -> dict[str, Any]:
+        """The librdkafka configuration for a confluent-kafka client."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        for key, value in (
+            ("ssl.ca.location", self.ssl_ca_location),
+            ("ssl.certificate.location", self.ssl_certificate_location),
+            ("ssl.key.location", self.ssl_key_location),
+        ):
+            if value:
+                conf[key] = value
+        if self.ssl_key_password is not None:
+            conf["ssl.key.password"] = self.ssl_key_password.get_secret_value()
+        if self.security_protocol.upper() in ("SSL", "SASL_SSL"):
+            conf["ssl.endpoint.identification.algorithm"] = (
+                "https" if self.ssl_endpoint_identification else "none"
+            )
+        conf.update(self.extra)
+        conf.update(overrides)
+        return conf
+
+    def aiokafka(self) -> dict[str, Any]:
+        """The same connection for aiokafka/faust clients (``broker`` URL and credentials)."""
+        conf: dict[str, Any] = {
+            "broker": ",".join(f"kafka://{h.strip()}" for h in self.bootstrap_servers.split(",")),
+        }
+        return conf
+
+
+class S3Settings(BaseSettings):
+    """The S3-compatible object store (MinIO, AWS S3, Ceph, versitygw)."""
+
+    model_config = _frozen("OCRSTREAM_S3_")
+
+    endpoint: str = "127.0.0.1:19000"
+    access_key: SecretStr = SecretStr("ocrstream")
+    secret_key: SecretStr = SecretStr("ocrstream-secret")
+    region: str = "us-east-1"
+    secure: bool = False
+    ca_bundle: str | None = None
+    bucket: str = "ocrstream"
+    key_prefix: str = ""
+    part_size: int = 16 * 1024 * 1024
+    retries: int = 5
+    retry_backoff_s: float = 0.2
+    retry_backoff_max_s: float = 5.0
+    claim_check_expiry_days: int = 2
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0
+
+
+class LimitsSettings(BaseSettings):
+    """Bounds on everything the outside world controls. Enforced before large allocations."""
+
+    model_config = _frozen("OCRSTREAM_LIMIT_")
+
+    max_file_bytes: int = 512 * 1024 * 1024
+    max_pages: int = 5000
+    max_page_pixels: int = 80_000_000
+    max_inline_bytes: int = 768 * 1024
+    max_message_bytes: int = 4 * 1024 * 1024
+
+
+class OcrBackend(StrEnum):
+    AUTO = "auto"
+    ONNXRUNTIME = "onnxruntime"
+    OPENVINO = "openvino"
+    TENSORRT = "tensorrt"
+    TORCH = "torch"
+    PADDLE = "paddle"
+
+
+class OcrSettings(BaseSettings):
+    """The OCR engine: models, backend, device and batching."""
+
+    model_config = _frozen("OCRSTREAM_OCR_")
+
+    backend: OcrBackend = OcrBackend.AUTO
+    device: str = "cpu"
+    model: str = "ppocrv6-small"
+    model_dir: Path | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OCRSTREAM_MODEL_DIR", "OCRSTREAM_OCR_MODEL_DIR"),
+    )
+    threads: int = Field(default_factory=lambda: os.cpu_count() or 1)
+    precision: str = "fp16"
+    det_limit_side: int = 1280
+    det_batch: int = 4
+    rec_batch: int = 64
+    rec_height: int = 48
+    use_cls: bool = False
+    fix_orientation: bool = False
+    deskew: bool = False
+    max_page_pixels: int = 80_000_000
+    engine_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "ocrstream")
+
+
+class ServicesSettings(BaseSettings):
+    """Local services for development and CI (``ocrstream infra up``)."""
+
+    model_config = _frozen("OCRSTREAM_INFRA_")
+
+    home: Path = Field(default_factory=default_home)
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "ocrstream")
+    kafka_version: str = "4.1.1"
+    kafka_port: int = 19092
+    kafka_controller_port: int = 19093
+    kafka_heap: str = "1g"
+    s3_port: int = 19000
+    versitygw_version: str = "v1.8.0"
+    prometheus_port: int = 19090
+    start_timeout_s: float = 120.0

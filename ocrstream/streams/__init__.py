@@ -1,0 +1,1 @@
+"""ocrstream.streams"""

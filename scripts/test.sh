@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (`make test`): lint, types, then every test against real local services.
+# Services started here are stopped on exit; services that were already up are left alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+
+started=0
+if ! $BIN/ocrstream infra status --quiet >/dev/null 2>&1; then
+  started=1
+fi
+cleanup() {
+  if [ "$started" = 1 ]; then $BIN/ocrstream infra down || true; fi
+}
+trap cleanup EXIT
+
+echo "== ruff"
+$BIN/ruff check ocrstream tests
+echo "== mypy"
+$BIN/mypy
+echo "== services"
+$BIN/ocrstream infra up
+echo "== pytest"
+$BIN/pytest -p no:cacheprovider "$@"

@@ -1,0 +1,42 @@
+"""Shared fixtures.
+
+Integration tests (marked ``integration``) talk to the real local services that
+``ocrstream infra up`` starts: Kafka, the S3 store and Prometheus. Each test gets its own topic
+prefix and bucket, so tests never see each other's records or objects.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24]
+
+
+@pytest.fixture
+def unique_id(request: pytest.FixtureRequest) -> str:
+    """A short id unique to this test run and test, usable in topic and bucket names."""
+    return f"{_slug(request.node.name)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def services() -> ServicesSettings:
+    return ServicesSettings()
+
+
+@pytest.fixture
+def kafka_settings(unique_id: str) -> KafkaSettings:
+    return KafkaSettings(topic_prefix=f"t-{unique_id}.")
+
+
+@pytest.fixture
+def s3_settings(unique_id: str) -> Iterator[S3Settings]:
+    bucket = f"t-{unique_id}"[:63].rstrip("-")
+    yield S3Settings(bucket=bucket)
