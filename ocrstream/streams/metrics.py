@@ -1,0 +1,199 @@
+"""Every Prometheus metric of ocrstream, defined in one place.
+
+Names follow ../DESIGN.md (prefix ``ocrstream_``); the Grafana dashboards and alert rules use
+only these. Nothing registers at import time: an entry point builds one :class:`Metrics`
+(on the default registry, or on a private one in tests), hands it to its adapters, and calls
+:func:`serve` to expose ``/metrics``. Processors never see this module.
+
+Stages are ``splitter``, ``ocr``, ``assembler`` (and ``decode``, ``fetch``, ``produce``,
+``engine`` for the parts of the OCR worker's ``stage_seconds``).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "ocrstream"
+
+# Seconds: a text-layer page takes ~1 ms, a CPU OCR batch several seconds, a document minutes.
+STAGE_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DOCUMENT_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+
+
+class Metrics:
+    """The metric families; one instance per process (or per test, on its own registry)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = reg = registry if registry is not None else CollectorRegistry()
+        ns = NAMESPACE
+        self.pages = Counter(
+            "pages",
+            "Pages processed, by stage and status (ok, failed, empty, text_layer).",
+            ["stage", "status"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.documents = Counter(
+            "documents",
+            "Documents that reached a terminal state, by status.",
+            ["status"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.stage_seconds = Histogram(
+            "stage_seconds",
+            "Time spent per stage (per page, or per batch for engine).",
+            ["stage"],
+            namespace=ns,
+            registry=reg,
+            buckets=STAGE_BUCKETS,
+        )
+        self.batch_size = Histogram(
+            "batch_size",
+            "Pages per micro-batch.",
+            ["stage"],
+            namespace=ns,
+            registry=reg,
+            buckets=BATCH_BUCKETS,
+        )
+        self.document_latency = Histogram(
+            "document_latency_seconds",
+            "From ScanSubmitted.submitted_at to the terminal event.",
+            namespace=ns,
+            registry=reg,
+            buckets=DOCUMENT_BUCKETS,
+        )
+        self.consumer_lag = Gauge(
+            "consumer_lag",
+            "High watermark minus committed offset, per group and partition.",
+            ["group", "topic", "partition"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.dlq = Counter(
+            "dlq",
+            "Records sent to the dead-letter topic, by stage and error code.",
+            ["stage", "code"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.inflight_documents = Gauge(
+            "inflight_documents",
+            "Documents the assembler holds that have no terminal event yet.",
+            namespace=ns,
+            registry=reg,
+        )
+        self.pages_inflight = Gauge(
+            "pages_inflight",
+            "Pages consumed but not yet delivered downstream.",
+            ["stage"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.worker_info = Gauge(
+            "worker_info",
+            "1 per running OCR worker, labelled with its engine.",
+            ["backend", "model", "device"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.retries = Counter(
+            "retries",
+            "Retries of a transient failure (store down, engine error, delivery).",
+            ["stage", "reason"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.paused_partitions = Gauge(
+            "paused_partitions",
+            "Partitions paused for back-pressure, by reason.",
+            ["stage", "reason"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.gpu_utilization = Gauge(
+            "gpu_utilization_ratio",
+            "GPU utilisation, 0..1.",
+            ["device"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.gpu_memory_used = Gauge(
+            "gpu_memory_used_bytes",
+            "GPU memory in use.",
+            ["device"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.lag_scrape_errors = Counter(
+            "lag_scrape_errors",
+            "Lag exporter rounds that failed.",
+            namespace=ns,
+            registry=reg,
+        )
+        self.autoscaler_replicas = Gauge(
+            "autoscaler_replicas",
+            "OCR worker replicas of the local autoscaler (current, desired).",
+            ["state"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.autoscaler_decisions = Counter(
+            "autoscaler_decisions",
+            "Scaling actions of the local autoscaler (up, down).",
+            ["direction"],
+            namespace=ns,
+            registry=reg,
+        )
+
+
+_process_metrics: Metrics | None = None
+
+
+def process_metrics() -> Metrics:
+    """The metrics of this process, on the default registry; created on first use."""
+    global _process_metrics
+    if _process_metrics is None:
+        _process_metrics = Metrics(registry=REGISTRY)
+    return _process_metrics
+
+
+def serve(port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None) -> None:
+    """Expose ``/metrics`` on ``addr:port`` from a daemon thread; port 0 disables it."""
+    if port <= 0:
+        return
+    try:
+        start_http_server(port, addr=addr, registry=registry or REGISTRY)
+    except OSError as e:
+        # A second agent on the same port must not die for its metrics; say so loudly.
+        log.error("cannot serve metrics on %s:%d: %s", addr, port, e)
+        return
+    log.info("metrics on http://%s:%d/metrics", addr, port)
