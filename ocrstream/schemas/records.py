@@ -1,0 +1,276 @@
+"""Typed records of the wire format: frozen dataclasses that mirror the ``.avsc`` files.
+
+Other code builds and reads these, never raw Avro dicts; :mod:`ocrstream.schemas.codec` turns
+them into bytes and back. Field names and order follow the schemas one to one (a unit test
+keeps the two in step). Timestamps are timezone-aware UTC datetimes with millisecond precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum, StrEnum
+from typing import Any, ClassVar, Self
+
+NAMESPACE = "io.ocrstream.v1"
+DEFAULT_OUTPUTS: tuple[str, ...] = ("json", "txt", "pdf")
+
+
+def utc_now() -> datetime:
+    """Now, in UTC, truncated to what timestamp-millis keeps."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+class PageStatus(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    EMPTY = "empty"
+
+
+class DocumentStatus(StrEnum):
+    COMPLETED = "completed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+
+
+class _Avro:
+    """Dict conversion shared by every record; driven by the dataclass type hints."""
+
+    __slots__ = ()
+
+    def to_avro(self) -> dict[str, Any]:
+        return typing.cast(dict[str, Any], _to_avro(self))
+
+    @classmethod
+    def from_avro(cls, datum: Mapping[str, Any]) -> Self:
+        hints = _hints(cls)
+        return cls(**{k: _from_avro(hints[k], v) for k, v in datum.items() if k in hints})
+
+
+def _to_avro(value: Any) -> Any:
+    if isinstance(value, _Avro):
+        return {f.name: _to_avro(getattr(value, f.name)) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_to_avro(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _to_avro(v) for k, v in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _from_avro(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_avro(inner, value)
+    if origin is tuple:
+        return tuple(_from_avro(typing.get_args(tp)[0], v) for v in value)
+    if origin in (dict, Mapping):
+        return {k: _from_avro(typing.get_args(tp)[1], v) for k, v in value.items()}
+    if isinstance(tp, type) and issubclass(tp, _Avro):
+        return tp.from_avro(value)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(value)
+    if tp is float:
+        return float(value)
+    return value
+
+
+# --- nested records ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Point(_Avro):
+    x: float
+    y: float
+
+
+@dataclass(frozen=True, slots=True)
+class Line(_Avro):
+    text: str
+    confidence: float
+    polygon: tuple[Point, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo(_Avro):
+    """Avro ``Error``: a stable reason code and a human message."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Engine(_Avro):
+    backend: str
+    model: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Timings(_Avro):
+    decode_ms: float = 0.0
+    det_ms: float = 0.0
+    rec_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSource(_Avro):
+    """Where a submitted file is: ``uri`` (``s3://bucket/key``) or inline ``data``."""
+
+    uri: str | None = None
+    data: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PageImage(_Avro):
+    """A page image: inline ``data``, or a claim-check ``uri`` when too big for a message."""
+
+    encoding: str
+    data: bytes | None = None
+    uri: str | None = None
+
+
+# --- top-level records (one per topic) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScanSubmitted(_Avro):
+    SCHEMA: ClassVar[str] = f"{NAMESPACE}.ScanSubmitted"
+
+    doc_id: str
+    source: ScanSource
+    content_type: str
+    sha256: str
+    size_bytes: int
+    submitted_at: datetime
+    tenant: str = ""
+    priority: int = 0
+    languages: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = DEFAULT_OUTPUTS
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PageTask(_Avro):
+    SCHEMA: ClassVar[str] = f"{NAMESPACE}.PageTask"
+
+    doc_id: str
+    page_no: int
+    page_count: int
+    image: PageImage
+    width: int
+    height: int
+    dpi: float = 0.0
+    source_sha256: str = ""
+    source_uri: str | None = None
+    content_type: str = ""
+    options: Mapping[str, str] = field(default_factory=dict)
+    outputs: tuple[str, ...] = DEFAULT_OUTPUTS
+    submitted_at: datetime = field(default_factory=utc_now)
+    attempt: int = 0
+    text_layer: tuple[Line, ...] | None = None
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PageResult(_Avro):
+    SCHEMA: ClassVar[str] = f"{NAMESPACE}.PageResult"
+
+    doc_id: str
+    page_no: int
+    page_count: int
+    status: PageStatus
+    error: ErrorInfo | None = None
+    width: int = 0
+    height: int = 0
+    rotation: int = 0
+    lines: tuple[Line, ...] = ()
+    engine: Engine | None = None
+    timings: Timings = Timings()
+    worker_id: str = ""
+    source_sha256: str = ""
+    source_uri: str | None = None
+    content_type: str = ""
+    outputs: tuple[str, ...] = DEFAULT_OUTPUTS
+    submitted_at: datetime = field(default_factory=utc_now)
+    completed_at: datetime | None = None
+    attempt: int = 0
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentProgress(_Avro):
+    SCHEMA: ClassVar[str] = f"{NAMESPACE}.DocumentProgress"
+
+    doc_id: str
+    pages_done: int
+    page_count: int
+    updated_at: datetime
+    pages_failed: int = 0
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentEvent(_Avro):
+    SCHEMA: ClassVar[str] = f"{NAMESPACE}.DocumentEvent"
+
+    doc_id: str
+    status: DocumentStatus
+    page_count: int
+    pages_ok: int
+    pages_failed: int
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    error: ErrorInfo | None = None
+    submitted_at: datetime = field(default_factory=utc_now)
+    completed_at: datetime = field(default_factory=utc_now)
+    source_sha256: str = ""
+    missing_pages: tuple[int, ...] = ()
+    failed_pages: tuple[int, ...] = ()
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter(_Avro):
+    SCHEMA: ClassVar[str] = f"{NAMESPACE}.DeadLetter"
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+    stage: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    failed_at: datetime = field(default_factory=utc_now)
+    timestamp: datetime | None = None
+    trace_id: str | None = None
+
+
+Record = ScanSubmitted | PageTask | PageResult | DocumentProgress | DocumentEvent | DeadLetter
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.SCHEMA: cls
+    for cls in (ScanSubmitted, PageTask, PageResult, DocumentProgress, DocumentEvent, DeadLetter)
+}
