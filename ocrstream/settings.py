@@ -188,3 +188,73 @@ class ServicesSettings(BaseSettings):
     versitygw_version: str = "v1.8.0"
     prometheus_port: int = 19090
     start_timeout_s: float = 120.0
+
+
+class WorkerSettings(BaseSettings):
+    """The OCR worker (``ocrstream ocr-worker``): its consumer group, batching and bounds."""
+
+    model_config = _frozen("OCRSTREAM_WORKER_")
+
+    group: str = "ocrstream-ocr-worker"
+    max_batch: int = 16
+    max_wait_ms: int = 50
+    max_inflight_pages: int = 64
+    decode_threads: int = 2
+    engine_retries: int = 1
+    poll_timeout_ms: int = 100
+    store_backoff_s: float = 0.5
+    store_backoff_max_s: float = 10.0
+    drain_timeout_s: float = 60.0
+    session_timeout_ms: int = 45_000
+    max_poll_interval_ms: int = 300_000
+    metrics_port: int = 9110
+
+
+class SplitterSettings(BaseSettings):
+    """The splitter agent (``ocrstream splitter``)."""
+
+    model_config = _frozen("OCRSTREAM_SPLITTER_")
+
+    app_id: str = "ocrstream-splitter"
+    dpi: int = 200
+    claim_check_bytes: int = 512 * 1024
+    text_layer: bool = True
+    store_backoff_s: float = 0.5
+    store_backoff_max_s: float = 10.0
+    metrics_port: int = 9101
+    web_port: int = 6066
+
+
+class AssemblerSettings(BaseSettings):
+    """The assembler agent (``ocrstream assembler``): deadline for missing pages and outputs."""
+
+    model_config = _frozen("OCRSTREAM_ASSEMBLER_")
+
+    app_id: str = "ocrstream-assembler"
+    deadline_s: float = 900.0
+    scan_interval_s: float = 5.0
+    pdf_dpi: int = 200
+    store_backoff_s: float = 0.5
+    store_backoff_max_s: float = 10.0
+    metrics_port: int = 9102
+    web_port: int = 6067
+
+
+class LagSettings(BaseSettings):
+    """The lag exporter (``ocrstream lag-exporter``)."""
+
+    model_config = _frozen("OCRSTREAM_LAG_")
+
+    interval_s: float = 5.0
+    metrics_port: int = 9103
+
+
+class SupervisorSettings(BaseSettings):
+    """``ocrstream all``: how many OCR workers and how crashed agents are restarted."""
+
+    model_config = _frozen("OCRSTREAM_SUPERVISOR_")
+
+    ocr_workers: int = 1
+    restart_backoff_s: float = 1.0
+    restart_backoff_max_s: float = 30.0
+    stop_timeout_s: float = 90.0
