@@ -11,6 +11,8 @@ Third-party errors are wrapped at the boundary with ``raise ... from e``.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class OcrstreamError(Exception):
     """Base of every error ocrstream raises on purpose."""
@@ -51,3 +53,25 @@ class InvalidDocIdError(PoisonError):
 
 class LimitExceededError(PoisonError):
     code = "limit_exceeded"
+
+
+class ReasonCode(StrEnum):
+    """Stable reason codes for documents and pages that cannot be read (DocumentEvent.error.code,
+    PageResult.error.code). Consumers may switch on them; never rename one."""
+
+    CORRUPT_PDF = "corrupt_pdf"
+    ENCRYPTED_PDF = "encrypted_pdf"
+    ZERO_PAGES = "zero_pages"
+    TOO_MANY_PAGES = "too_many_pages"
+    FILE_TOO_LARGE = "file_too_large"
+    PAGE_TOO_LARGE = "page_too_large"
+    UNSUPPORTED_TYPE = "unsupported_type"
+    UNREADABLE_IMAGE = "unreadable_image"
+    PAGES_FAILED = "pages_failed"
+    PAGES_MISSING = "pages_missing"
+
+
+class UnreadableDocumentError(PoisonError):
+    """A source that cannot be opened or split (corrupt, encrypted, empty, unknown type)."""
+
+    code = ReasonCode.CORRUPT_PDF
