@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import fastavro
 from fastavro.schema import fingerprint as _fingerprint
 from fastavro.schema import to_parsing_canonical_form
+from fastavro.validation import ValidationError, validate
 
 from ocrstream.schemas.errors import (
     MalformedRecordError,
@@ -124,9 +125,11 @@ class Codec:
                 raise ValueError("a topic is needed to encode with a schema registry")
             schema_id = self.registry.register(f"{topic}-value", schema.text)
             buf.write(CONFLUENT_MAGIC + struct.pack(">I", schema_id))
+        datum = record.to_avro()
         try:
-            fastavro.schemaless_writer(buf, schema.parsed, record.to_avro(), strict=True)
-        except (TypeError, ValueError, OverflowError, struct.error) as e:
+            validate(datum, schema.parsed, raise_errors=True)  # also checks int/long ranges
+            fastavro.schemaless_writer(buf, schema.parsed, datum, strict=True)
+        except (ValidationError, TypeError, ValueError, OverflowError, struct.error) as e:
             raise UnencodableRecordError(f"{schema.name} does not fit its schema: {e}") from e
         return buf.getvalue()
 
@@ -200,4 +203,3 @@ class Codec:
 @functools.lru_cache(maxsize=256)
 def _parse_registry_schema(text: str, origin: str) -> WriterSchema:
     return WriterSchema.from_json(json.loads(text), origin)
-

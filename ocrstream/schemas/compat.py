@@ -73,7 +73,10 @@ def samples(schema: Mapping[str, Any]) -> list[Any]:
 def check_backward_compatible(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """Problems reading data written with ``old`` through ``new``; empty when compatible."""
     writer = fastavro.parse_schema(dict(old))
-    reader = fastavro.parse_schema(dict(new))
+    try:
+        reader = fastavro.parse_schema(dict(new))
+    except fastavro.schema.SchemaParseException as e:
+        return [f"new schema does not parse: {e}"]
     problems: list[str] = []
     for n, datum in enumerate(samples(old)):
         buf = io.BytesIO()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum, StrEnum
@@ -39,58 +39,84 @@ class DocumentStatus(StrEnum):
 
 
 class _Avro:
-    """Dict conversion shared by every record; driven by the dataclass type hints."""
+    """Dict conversion shared by every record, compiled once per class from its type hints."""
 
     __slots__ = ()
 
     def to_avro(self) -> dict[str, Any]:
-        return typing.cast(dict[str, Any], _to_avro(self))
+        return typing.cast(dict[str, Any], _encoder(type(self))(self))
 
     @classmethod
     def from_avro(cls, datum: Mapping[str, Any]) -> Self:
-        hints = _hints(cls)
-        return cls(**{k: _from_avro(hints[k], v) for k, v in datum.items() if k in hints})
+        return typing.cast(Self, _decoder(cls)(datum))
 
 
-def _to_avro(value: Any) -> Any:
-    if isinstance(value, _Avro):
-        return {f.name: _to_avro(getattr(value, f.name)) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_to_avro(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _to_avro(v) for k, v in value.items()}
+Convert = Callable[[Any], Any]
+_ENCODERS: dict[Any, Convert] = {}
+_DECODERS: dict[Any, Convert] = {}
+
+
+def _identity(value: Any) -> Any:
     return value
 
 
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _from_avro(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin in (types.UnionType, typing.Union):
+def _unwrap_optional(tp: Any) -> Any | None:
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _from_avro(inner, value)
+        return inner
+    return None
+
+
+def _encoder(tp: Any) -> Convert:
+    if tp not in _ENCODERS:
+        _ENCODERS[tp] = _make_encoder(tp)
+    return _ENCODERS[tp]
+
+
+def _make_encoder(tp: Any) -> Convert:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if (inner := _unwrap_optional(tp)) is not None:
+        enc = _encoder(inner)
+        return lambda v: None if v is None else enc(v)
     if origin is tuple:
-        return tuple(_from_avro(typing.get_args(tp)[0], v) for v in value)
+        enc = _encoder(args[0])
+        return list if enc is _identity else lambda v: [enc(i) for i in v]
     if origin in (dict, Mapping):
-        return {k: _from_avro(typing.get_args(tp)[1], v) for k, v in value.items()}
+        enc = _encoder(args[1])
+        return dict if enc is _identity else lambda v: {k: enc(i) for k, i in v.items()}
     if isinstance(tp, type) and issubclass(tp, _Avro):
-        return tp.from_avro(value)
+        hints = typing.get_type_hints(tp)
+        fields = [(f.name, _encoder(hints[f.name])) for f in dataclasses.fields(tp)]  # type: ignore[arg-type]
+        return lambda v: {name: enc(getattr(v, name)) for name, enc in fields}
     if isinstance(tp, type) and issubclass(tp, Enum):
-        return tp(value)
-    if tp is float:
-        return float(value)
-    return value
+        return lambda v: getattr(v, "value", v)
+    return _identity
+
+
+def _decoder(tp: Any) -> Convert:
+    if tp not in _DECODERS:
+        _DECODERS[tp] = _make_decoder(tp)
+    return _DECODERS[tp]
+
+
+def _make_decoder(tp: Any) -> Convert:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if (inner := _unwrap_optional(tp)) is not None:
+        dec = _decoder(inner)
+        return lambda v: None if v is None else dec(v)
+    if origin is tuple:
+        dec = _decoder(args[0])
+        return tuple if dec is _identity else lambda v: tuple(dec(i) for i in v)
+    if origin in (dict, Mapping):
+        dec = _decoder(args[1])
+        return dict if dec is _identity else lambda v: {k: dec(i) for k, i in v.items()}
+    if isinstance(tp, type) and issubclass(tp, _Avro):
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(tp)}  # type: ignore[arg-type]
+        return lambda v: tp(**{k: fields[k](i) for k, i in v.items() if k in fields})
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp
+    return _identity
 
 
 # --- nested records ------------------------------------------------------------------------
