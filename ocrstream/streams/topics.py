@@ -1,0 +1,272 @@
+"""The topics of DESIGN.md and their idempotent creation.
+
+:data:`TOPICS` is the table: logical name, partitions, cleanup policy, retention. Real names go
+through :meth:`KafkaSettings.topic` (the configured prefix). :func:`ensure_topics` creates what
+is missing and reports, without changing them, existing topics whose settings differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ocrstream.errors import FatalError, RetriableError
+from ocrstream.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+SCANS = "ocr.scans.v1"
+PAGES = "ocr.pages.v1"
+PAGE_RESULTS = "ocr.page-results.v1"
+PROGRESS = "ocr.progress.v1"
+DOCUMENTS = "ocr.documents.v1"
+DLQ = "ocr.dlq.v1"
+
+DAY_MS = 24 * 60 * 60 * 1000
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic as the design wants it."""
+
+    name: str  # logical name, without prefix
+    partitions: int
+    cleanup_policy: str  # "delete", "compact" or "compact,delete"
+    retention_ms: int | None = None  # None: the cleanup policy does not expire by time
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+
+    def configs(self) -> dict[str, str]:
+        """The topic-level configs this spec fixes (compared on existing topics)."""
+        conf = {
+            "cleanup.policy": self.cleanup_policy,
+            "max.message.bytes": str(self.max_message_bytes),
+        }
+        if self.retention_ms is not None:
+            conf["retention.ms"] = str(self.retention_ms)
+        return conf
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    TopicSpec(SCANS, 12, "delete", 7 * DAY_MS),
+    TopicSpec(PAGES, 64, "delete", 1 * DAY_MS),
+    TopicSpec(PAGE_RESULTS, 12, "delete", 7 * DAY_MS),
+    TopicSpec(PROGRESS, 12, "compact"),
+    TopicSpec(DOCUMENTS, 12, "compact,delete", 30 * DAY_MS),
+    TopicSpec(DLQ, 3, "delete", 30 * DAY_MS),
+)
+SPECS: dict[str, TopicSpec] = {spec.name: spec for spec in TOPICS}
+
+
+class TopicAdminError(FatalError):
+    """Topics could not be created or described."""
+
+    code = "topic_admin_error"
+
+
+@dataclass(frozen=True)
+class Difference:
+    topic: str
+    setting: str  # "partitions" or a config name
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return f"{self.topic}: {self.setting} is {self.actual}, expected {self.expected}"
+
+
+@dataclass
+class TopicsReport:
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)  # present and as specified
+    differing: list[Difference] = field(default_factory=list)
+
+    @property
+    def differing_topics(self) -> list[str]:
+        return sorted({d.topic for d in self.differing})
+
+
+def scaled_partitions(partitions: int, scale: float) -> int:
+    """``partitions`` times ``scale``, rounded up, at least 1 (smaller topics for a dev box)."""
+    if scale <= 0:
+        raise ValueError(f"partition scale must be > 0, got {scale}")
+    return max(1, math.ceil(partitions * scale))
+
+
+def desired_partitions(
+    spec: TopicSpec, partitions_override: Mapping[str, int] | int | None, scale: float
+) -> int:
+    """Partitions for ``spec``: an override (one count for all, or per logical name) or the
+    design's count times ``scale``."""
+    if isinstance(partitions_override, int):
+        return partitions_override
+    if partitions_override and spec.name in partitions_override:
+        return partitions_override[spec.name]
+    return scaled_partitions(spec.partitions, scale)
+
+
+def _admin(kafka: KafkaSettings) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(kafka.librdkafka(log_level=3))
+
+
+def _wait(futures: Mapping[Any, Any], timeout_s: float) -> dict[Any, Exception | Any]:
+    out: dict[Any, Exception | Any] = {}
+    for key, fut in futures.items():
+        try:
+            out[key] = fut.result(timeout=timeout_s)
+        except Exception as e:  # noqa: BLE001 - collected per topic, inspected by the caller
+            out[key] = e
+    return out
+
+
+def ensure_topics(
+    kafka: KafkaSettings,
+    partitions_override: Mapping[str, int] | int | None = None,
+    replication_factor: int = 1,
+    *,
+    partitions_scale: float = 1.0,
+    specs: Iterable[TopicSpec] = TOPICS,
+    timeout_s: float = 30.0,
+) -> TopicsReport:
+    """Create every missing topic; report existing ones whose partitions or configs differ.
+
+    ``replication_factor=-1`` lets the broker choose (``default.replication.factor``).
+    Existing topics are never altered: a difference is reported for a person to decide.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
+
+    admin = _admin(kafka)
+    wanted = {kafka.topic(spec.name): spec for spec in specs}
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise RetriableError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
+
+    report = TopicsReport()
+    missing = [name for name in wanted if name not in metadata.topics]
+    present = [name for name in wanted if name in metadata.topics]
+
+    if missing:
+        new = [
+            NewTopic(
+                name,
+                num_partitions=desired_partitions(wanted[name], partitions_override,
+                                                  partitions_scale),
+                replication_factor=replication_factor,
+                config=wanted[name].configs(),
+            )
+            for name in missing
+        ]
+        results = _wait(admin.create_topics(new, request_timeout=timeout_s), timeout_s)
+        for name, outcome in results.items():
+            if not isinstance(outcome, Exception):
+                report.created.append(name)
+                log.info("created topic %s", name)
+                continue
+            err = outcome.args[0] if outcome.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                present.append(name)  # created concurrently by someone else: compare it
+                continue
+            raise TopicAdminError(f"creating topic {name} failed: {outcome}") from outcome
+        if present:
+            metadata = admin.list_topics(timeout=timeout_s)
+
+    if present:
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in present]
+        described = _wait(admin.describe_configs(resources, request_timeout=timeout_s),
+                          timeout_s)
+        for resource, outcome in described.items():
+            name = resource.name
+            if isinstance(outcome, Exception):
+                raise TopicAdminError(f"describing topic {name} failed: {outcome}") from outcome
+            spec = wanted[name]
+            diffs = []
+            expected_parts = desired_partitions(spec, partitions_override, partitions_scale)
+            actual_parts = len(metadata.topics[name].partitions)
+            if actual_parts != expected_parts:
+                diffs.append(Difference(name, "partitions", str(expected_parts),
+                                        str(actual_parts)))
+            for key, expected in spec.configs().items():
+                entry = outcome.get(key)
+                actual = entry.value if entry is not None else None
+                if _normalise(key, actual) != _normalise(key, expected):
+                    diffs.append(Difference(name, key, expected, str(actual)))
+            if diffs:
+                report.differing.extend(diffs)
+                for d in diffs:
+                    log.warning("topic differs: %s", d)
+            else:
+                report.existing.append(name)
+    report.created.sort()
+    report.existing.sort()
+    return report
+
+
+def _normalise(key: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if key == "cleanup.policy":
+        return ",".join(sorted(p.strip() for p in value.split(",") if p.strip()))
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+
+def list_topics(kafka: KafkaSettings, timeout_s: float = 30.0) -> list[TopicInfo]:
+    """The topics under the configured prefix, with partitions and the configs we care about."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = _admin(kafka)
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise RetriableError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
+    names = sorted(
+        n for n in metadata.topics
+        if n.startswith(kafka.topic_prefix) and not n.startswith("__")
+    )
+    if not names:
+        return []
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    described = _wait(admin.describe_configs(resources, request_timeout=timeout_s), timeout_s)
+    keys = ("cleanup.policy", "retention.ms", "max.message.bytes")
+    out = []
+    for resource, outcome in described.items():
+        configs: dict[str, str] = {}
+        if not isinstance(outcome, Exception):
+            configs = {k: outcome[k].value for k in keys if k in outcome}
+        out.append(TopicInfo(resource.name, len(metadata.topics[resource.name].partitions),
+                             configs))
+    return sorted(out, key=lambda t: t.name)
+
+
+def delete_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec] = TOPICS,
+                  timeout_s: float = 30.0) -> list[str]:
+    """Delete the (prefixed) topics of ``specs`` that exist; for tests and resets."""
+    from confluent_kafka import KafkaException
+
+    admin = _admin(kafka)
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as e:
+        raise RetriableError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
+    names = [kafka.topic(s.name) for s in specs if kafka.topic(s.name) in existing]
+    if not names:
+        return []
+    results = _wait(admin.delete_topics(names, request_timeout=timeout_s), timeout_s)
+    failed = {n: e for n, e in results.items() if isinstance(e, Exception)}
+    if failed:
+        raise TopicAdminError(f"deleting topics failed: {failed}")
+    return sorted(names)
