@@ -1,0 +1,451 @@
+"""The OCR worker without a broker: a scripted consumer, a producer whose deliveries the test
+controls, and a fake engine that reads back each page's size."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+from confluent_kafka import TopicPartition
+
+from ocrstream.errors import RetriableError
+from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import DeadLetter, PageImage, PageResult, PageStatus, PageTask
+from ocrstream.settings import KafkaSettings, WorkerSettings
+from ocrstream.streams.metrics import Metrics
+from ocrstream.streams.ocr_batch import MicroBatcher, PreparedPage, prepare_page, process_batch
+from ocrstream.streams.offsets import OffsetTracker
+from ocrstream.streams.producer import RecordProducer
+from ocrstream.streams.worker import OcrWorker
+
+PAGES = "ocr.pages.v1"
+RESULTS = "ocr.page-results.v1"
+DLQ = "ocr.dlq.v1"
+
+
+# --- fakes ----------------------------------------------------------------------------------
+
+
+class FakeMessage:
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes):
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("trace", b"t1")]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+    def error(self) -> None:
+        return None
+
+
+class FakeConsumer:
+    """Hands out queued messages per partition, honouring pause/resume."""
+
+    def __init__(self, partitions: int = 2) -> None:
+        self.queues: dict[int, list[FakeMessage]] = {p: [] for p in range(partitions)}
+        self.next_offset: dict[int, int] = {}
+        self.paused: set[int] = set()
+        self.pause_calls: list[set[int]] = []
+        self.stored: list[tuple[int, int]] = []
+        self.commits = 0
+        self.closed = False
+        self.on_revoke: Any = None
+
+    def push(self, partition: int, key: bytes, value: bytes) -> None:
+        offset = self.next_offset.get(partition, 0)
+        self.next_offset[partition] = offset + 1
+        self.queues[partition].append(FakeMessage(PAGES, partition, offset, key, value))
+
+    def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
+        self.on_revoke = on_revoke
+        on_assign(self, [TopicPartition(PAGES, p) for p in self.queues])
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        out: list[FakeMessage] = []
+        for p, q in self.queues.items():
+            while q and p not in self.paused and len(out) < num_messages:
+                out.append(q.pop(0))
+        return out
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {tp.partition for tp in tps}
+        self.pause_calls.append({tp.partition for tp in tps})
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {tp.partition for tp in tps}
+
+    def store_offsets(self, offsets: list[TopicPartition]) -> None:
+        self.stored.extend((tp.partition, tp.offset) for tp in offsets)
+
+    def commit(self, asynchronous: bool = True) -> None:
+        self.commits += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+    def last_stored(self, partition: int) -> int | None:
+        found = [o for p, o in self.stored if p == partition]
+        return found[-1] if found else None
+
+
+class FakeProducer:
+    """librdkafka's produce/poll/flush; deliveries happen when the test (or poll) says so."""
+
+    def __init__(self, auto: bool = True, reverse: bool = False) -> None:
+        self.auto, self.reverse = auto, reverse
+        self.queued: list[tuple[str, Any, bytes, Any]] = []
+        self.delivered: list[tuple[str, Any, bytes]] = []
+
+    def produce(
+        self,
+        topic: str,
+        key: Any = None,
+        value: bytes = b"",
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None:
+        self.queued.append((topic, key, value, on_delivery))
+
+    def deliver(self) -> int:
+        batch, self.queued = self.queued, []
+        for topic, key, value, cb in reversed(batch) if self.reverse else batch:
+            self.delivered.append((topic, key, value))
+            if cb is not None:
+                cb(None, None)
+        return len(batch)
+
+    def poll(self, timeout: float = 0) -> int:
+        return self.deliver() if self.auto else 0
+
+    def flush(self, timeout: float = 0) -> int:
+        self.deliver()
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+
+class SizeEngine:
+    """Reads each page's size back as its text; fails on images of a poisoned width."""
+
+    def __init__(self, fail_width: int | None = None) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+        self.fail_width = fail_width
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo("fake", "size", "1", "cpu")
+
+    def recognize(self, images: Sequence[np.ndarray]) -> list[PageOCR]:
+        sizes = [(img.shape[1], img.shape[0]) for img in images]
+        self.batches.append(sizes)
+        if self.fail_width is not None and any(w == self.fail_width for w, _ in sizes):
+            raise RuntimeError("engine exploded")
+        box = ((0.0, 0.0), (5.0, 0.0), (5.0, 5.0), (0.0, 5.0))
+        return [PageOCR(w, h, (Line(f"{w}x{h}", 0.9, box),)) for w, h in sizes]
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+CODEC = Codec()
+
+
+def png(width: int, height: int = 8) -> bytes:
+    ok, buf = cv2.imencode(".png", np.full((height, width, 3), 200, np.uint8))
+    assert ok
+    return buf.tobytes()
+
+
+def task(
+    doc: str,
+    page: int,
+    width: int,
+    *,
+    uri: str | None = None,
+    data: bytes | None = None,
+    count: int = 3,
+) -> PageTask:
+    image = PageImage(
+        "png", data=None if uri else (data if data is not None else png(width)), uri=uri
+    )
+    return PageTask(doc_id=doc, page_no=page, page_count=count, image=image, width=width, height=8)
+
+
+def make_worker(
+    consumer: FakeConsumer,
+    producer: FakeProducer,
+    engine: Any = None,
+    fetch: Any = None,
+    **settings: Any,
+) -> OcrWorker:
+    conf = {
+        "max_batch": 4,
+        "max_wait_ms": 0,
+        "max_inflight_pages": 64,
+        "decode_threads": 2,
+        "store_backoff_s": 0.01,
+        "drain_timeout_s": 5.0,
+        **settings,
+    }
+    return OcrWorker(
+        kafka=KafkaSettings(),
+        settings=WorkerSettings(**conf),
+        engine=engine or SizeEngine(),
+        codec=CODEC,
+        fetch=fetch or (lambda uri: b""),
+        metrics=Metrics(),
+        consumer=consumer,
+        producer=RecordProducer(KafkaSettings(), CODEC, producer=producer),
+        worker_id="w1",
+    )
+
+
+def run_until(worker: OcrWorker, done: Any, steps: int = 2000) -> None:
+    stop = threading.Event()
+    worker.consumer.subscribe(
+        [worker.topic],
+        on_assign=worker._on_assign,
+        on_revoke=worker._on_revoke,
+        on_lost=worker._on_lost,
+    )
+    for _ in range(steps):
+        worker.step()
+        if done():
+            break
+    stop.set()
+    worker.shutdown()
+
+
+def results(producer: FakeProducer) -> list[PageResult]:
+    return [CODEC.decode_as(v, PageResult) for t, _, v in producer.delivered if t == RESULTS]
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def test_offset_tracker_releases_only_the_done_prefix() -> None:
+    t = OffsetTracker()
+    for off in range(5):
+        t.add("t", 0, off)
+    assert t.done("t", 0, 2) is None
+    assert t.done("t", 0, 1) is None
+    assert t.done("t", 0, 0) == 3  # 0, 1, 2 done: commit up to 3
+    assert t.done("t", 0, 4) is None
+    assert t.done("t", 0, 3) == 5
+    assert t.inflight() == 0
+    assert t.done("t", 0, 3) is None  # a repeat is ignored
+
+
+def test_micro_batcher_is_due_when_full_or_waited() -> None:
+    b: MicroBatcher[int] = MicroBatcher(max_batch=3, max_wait_s=0.5)
+    b.add(1, now=0.0)
+    b.add(2, now=0.1)
+    assert not b.due(0.2)
+    assert b.due(0.5)
+    b.add(3, now=0.3)
+    assert b.due(0.0)
+    assert b.take() == [1, 2, 3]
+    assert b.deadline() is None
+
+
+def test_pages_of_different_documents_share_a_batch() -> None:
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    engine = SizeEngine()
+    for d, doc in enumerate(("a", "b", "c")):
+        for page in (1, 2):
+            t = task(doc, page, width=10 * (d + 1) + page, count=2)
+            consumer.push(page % 2, doc.encode(), CODEC.encode(t))
+    worker = make_worker(consumer, producer, engine, max_batch=4, max_wait_ms=50)
+    run_until(worker, lambda: len(results(producer)) == 6)
+
+    out = results(producer)
+    assert sorted((r.doc_id, r.page_no) for r in out) == [(doc, p) for doc in "abc" for p in (1, 2)]
+    assert all(r.status is PageStatus.OK for r in out)
+    # The text is what the engine read from that page's own image.
+    assert {r.lines[0].text for r in out} == {
+        f"{10 * (d + 1) + p}x8" for d in range(3) for p in (1, 2)
+    }
+    assert max(len(b) for b in engine.batches) > 2  # a batch mixed documents
+    assert sum(len(b) for b in engine.batches) == 6
+    # Results are keyed by doc_id, so a document's pages meet on one assembler partition.
+    assert {k for t, k, _ in producer.delivered if t == RESULTS} == {"a", "b", "c"}
+    assert consumer.last_stored(0) == 3
+    assert consumer.last_stored(1) == 3
+    assert consumer.commits >= 1
+    assert consumer.closed
+
+
+def test_offsets_are_stored_in_order_when_deliveries_complete_out_of_order() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer(auto=False, reverse=True)
+    for page in range(1, 7):
+        consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=6)))
+    worker = make_worker(consumer, producer, max_batch=6, max_wait_ms=0)
+    stop = threading.Event()
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    for _ in range(500):
+        worker.step()
+        if len(producer.queued) == 6:
+            break
+    assert consumer.stored == []  # nothing delivered: nothing stored
+    producer.deliver()  # delivered last-first: offsets 5, 4, ... 0
+    # Offset 6 ("everything up to 5 done") is stored only once offset 0 was delivered.
+    assert consumer.stored == [(0, 6)]
+    stop.set()
+    worker.shutdown()
+
+
+def test_a_page_that_fails_becomes_a_failed_result_and_the_others_succeed() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    consumer.push(0, b"d", CODEC.encode(task("d", 1, width=11)))
+    consumer.push(0, b"d", CODEC.encode(task("d", 2, width=13)))  # the engine fails on it
+    consumer.push(0, b"d", CODEC.encode(task("d", 3, width=12, data=b"not an image")))
+    worker = make_worker(
+        consumer, producer, SizeEngine(fail_width=13), max_batch=3, max_wait_ms=100
+    )
+    run_until(worker, lambda: len(results(producer)) == 3)
+
+    by_page = {r.page_no: r for r in results(producer)}
+    assert by_page[1].status is PageStatus.OK
+    assert by_page[1].lines[0].text == "11x8"
+    assert by_page[2].status is PageStatus.FAILED
+    assert by_page[2].error is not None
+    assert by_page[2].error.code == "engine_error"
+    assert by_page[3].status is PageStatus.FAILED
+    assert by_page[3].error is not None
+    assert by_page[3].error.code == "undecodable_image"
+    assert consumer.last_stored(0) == 3
+
+
+def test_an_undecodable_record_goes_to_the_dlq_with_its_origin() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    consumer.push(0, b"k", b"\x00garbage")
+    consumer.push(0, b"d", CODEC.encode(task("d", 1, width=11, count=1)))
+    worker = make_worker(consumer, producer)
+    run_until(worker, lambda: len(results(producer)) == 1)
+
+    letters = [CODEC.decode_as(v, DeadLetter) for t, _, v in producer.delivered if t == DLQ]
+    assert len(letters) == 1
+    letter = letters[0]
+    assert (letter.topic, letter.partition, letter.offset) == (PAGES, 0, 0)
+    assert letter.key == b"k"
+    assert letter.value == b"\x00garbage"
+    assert letter.headers == {"trace": b"t1"}
+    assert letter.stage == "ocr-worker"
+    assert letter.error_code == "unknown_schema"
+    assert consumer.last_stored(0) == 2
+
+
+def test_store_down_pauses_the_partition_and_retries_until_it_answers() -> None:
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    calls = {"n": 0}
+
+    def fetch(uri: str) -> bytes:
+        calls["n"] += 1
+        if calls["n"] <= 3:
+            raise RetriableError("store unavailable", code="store_unavailable")
+        return png(21)
+
+    consumer.push(0, b"d", CODEC.encode(task("d", 1, width=21, uri="s3://b/pages/d/00001.png")))
+    consumer.push(1, b"e", CODEC.encode(task("e", 1, width=22)))
+    worker = make_worker(consumer, producer, fetch=fetch)
+    run_until(worker, lambda: len(results(producer)) == 2, steps=20_000)
+
+    assert calls["n"] == 4
+    assert {0} in consumer.pause_calls  # only the blocked partition was paused
+    assert consumer.paused == set()  # and resumed once the store answered
+    assert {r.doc_id: r.status for r in results(producer)} == {
+        "d": PageStatus.OK,
+        "e": PageStatus.OK,
+    }
+
+
+def test_inflight_limit_pauses_every_partition() -> None:
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer(auto=False)
+    for p in range(2):
+        for page in range(1, 4):
+            consumer.push(p, b"d", CODEC.encode(task(f"d{p}", page, width=10 + page)))
+    worker = make_worker(consumer, producer, max_inflight_pages=2, max_batch=2)
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    for _ in range(200):
+        worker.step()
+    assert consumer.paused == {0, 1}
+    assert len(producer.queued) == 2  # no more than the limit consumed
+    producer.auto = True
+    for _ in range(2000):
+        worker.step()
+        if len(results(producer)) == 6:
+            break
+    assert len(results(producer)) == 6
+    worker.shutdown()
+
+
+def test_revoke_drains_in_flight_pages_and_commits() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer(auto=False)
+    for page in (1, 2):
+        consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=2)))
+    worker = make_worker(consumer, producer, max_batch=16, max_wait_ms=10_000)
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    for _ in range(20):
+        worker.step()
+    assert not producer.delivered  # waiting for a fuller batch
+    consumer.on_revoke(consumer, [TopicPartition(PAGES, 0)])
+    assert len(results(producer)) == 2
+    assert consumer.stored[-1] == (0, 2)
+    assert consumer.commits == 1
+    worker.shutdown()
+
+
+def test_process_batch_passes_text_layer_pages_through() -> None:
+    from ocrstream.schemas.records import Line as RLine
+    from ocrstream.schemas.records import Point
+
+    t = PageTask(
+        doc_id="d",
+        page_no=1,
+        page_count=1,
+        image=PageImage("png"),
+        width=100,
+        height=50,
+        text_layer=(RLine("hello", 1.0, (Point(0, 0),) * 4),),
+    )
+    engine = SizeEngine()
+    page = prepare_page(
+        t, lambda uri: pytest.fail("no fetch for a text-layer page"), max_pixels=10**6
+    )
+    (r,) = process_batch(engine, [page])
+    assert engine.batches == []
+    assert r.status is PageStatus.OK
+    assert r.lines[0].text == "hello"
+    assert r.engine is not None
+    assert r.engine.backend == "text-layer"
+
+
+def test_pixel_limit_is_checked_before_decoding() -> None:
+    t = task("d", 1, width=4000, data=png(4000, 4000))
+    page = prepare_page(t, lambda uri: b"", max_pixels=1_000_000)
+    assert isinstance(page, PreparedPage)
+    assert page.image is None
+    assert page.error is not None
+    assert page.error.code == "limit_exceeded"
