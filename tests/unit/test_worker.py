@@ -3,7 +3,7 @@ controls, and a fake engine that reads back each page's size."""
 
 from __future__ import annotations
 
-import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -222,19 +222,24 @@ def make_worker(
     )
 
 
-def run_until(worker: OcrWorker, done: Any, steps: int = 2000) -> None:
-    stop = threading.Event()
+def step_until(worker: OcrWorker, done: Any, timeout: float = 10.0) -> bool:
+    """Turn the loop until ``done()`` or the timeout; the loop itself never blocks long."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        worker.step()
+        if done():
+            return True
+    return False
+
+
+def run_until(worker: OcrWorker, done: Any) -> None:
     worker.consumer.subscribe(
         [worker.topic],
         on_assign=worker._on_assign,
         on_revoke=worker._on_revoke,
         on_lost=worker._on_lost,
     )
-    for _ in range(steps):
-        worker.step()
-        if done():
-            break
-    stop.set()
+    step_until(worker, done)
     worker.shutdown()
 
 
@@ -302,17 +307,12 @@ def test_offsets_are_stored_in_order_when_deliveries_complete_out_of_order() -> 
     for page in range(1, 7):
         consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=6)))
     worker = make_worker(consumer, producer, max_batch=6, max_wait_ms=0)
-    stop = threading.Event()
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
-    for _ in range(500):
-        worker.step()
-        if len(producer.queued) == 6:
-            break
+    assert step_until(worker, lambda: len(producer.queued) == 6)
     assert consumer.stored == []  # nothing delivered: nothing stored
     producer.deliver()  # delivered last-first: offsets 5, 4, ... 0
     # Offset 6 ("everything up to 5 done") is stored only once offset 0 was delivered.
     assert consumer.stored == [(0, 6)]
-    stop.set()
     worker.shutdown()
 
 
@@ -370,7 +370,7 @@ def test_store_down_pauses_the_partition_and_retries_until_it_answers() -> None:
     consumer.push(0, b"d", CODEC.encode(task("d", 1, width=21, uri="s3://b/pages/d/00001.png")))
     consumer.push(1, b"e", CODEC.encode(task("e", 1, width=22)))
     worker = make_worker(consumer, producer, fetch=fetch)
-    run_until(worker, lambda: len(results(producer)) == 2, steps=20_000)
+    run_until(worker, lambda: len(results(producer)) == 2)
 
     assert calls["n"] == 4
     assert {0} in consumer.pause_calls  # only the blocked partition was paused
@@ -388,16 +388,12 @@ def test_inflight_limit_pauses_every_partition() -> None:
             consumer.push(p, b"d", CODEC.encode(task(f"d{p}", page, width=10 + page)))
     worker = make_worker(consumer, producer, max_inflight_pages=2, max_batch=2)
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
-    for _ in range(200):
-        worker.step()
+    assert step_until(worker, lambda: len(producer.queued) == 2)
+    step_until(worker, lambda: False, timeout=0.3)
     assert consumer.paused == {0, 1}
     assert len(producer.queued) == 2  # no more than the limit consumed
     producer.auto = True
-    for _ in range(2000):
-        worker.step()
-        if len(results(producer)) == 6:
-            break
-    assert len(results(producer)) == 6
+    assert step_until(worker, lambda: len(results(producer)) == 6)
     worker.shutdown()
 
 
@@ -407,8 +403,7 @@ def test_revoke_drains_in_flight_pages_and_commits() -> None:
         consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=2)))
     worker = make_worker(consumer, producer, max_batch=16, max_wait_ms=10_000)
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
-    for _ in range(20):
-        worker.step()
+    step_until(worker, lambda: False, timeout=0.3)
     assert not producer.delivered  # waiting for a fuller batch
     consumer.on_revoke(consumer, [TopicPartition(PAGES, 0)])
     assert len(results(producer)) == 2
