@@ -1,0 +1,190 @@
+"""Benchmark inputs: SROIE-format folders, plain image folders, and synthetic A4 pages.
+
+- **SROIE layout** (``../shared/data/README.md``): ``img/NNN.jpg`` and ``box/NNN.csv``, one
+  line per row ``x1,y1,x2,y2,x3,y3,x4,y4,TEXT`` (the text may contain commas: split on the
+  first eight).
+- **A plain folder** of images (``.jpg .jpeg .png .tif .tiff .bmp .webp``): no ground truth.
+- **Synthetic A4**: pages rendered by PyMuPDF at 300 DPI (2480 x 3508) with English text whose
+  words and line boxes are known, saved as JPEG (quality 92, as a scanner would) so decoding
+  is part of the work. Deterministic for a given seed; each line's box comes from the font
+  metrics used to place it.
+
+Samples carry file paths, not pixels: decoding is a timed stage of the benchmark.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ocrstream.bench.cer import TextLine
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp")
+A4_POINTS = (595.28, 841.89)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One page: where its image is, and its ground-truth lines when known."""
+
+    name: str
+    path: Path
+    gt: tuple[TextLine, ...] | None = None
+
+
+def parse_box_line(row: str) -> TextLine | None:
+    """One SROIE ``box/*.csv`` row; ``None`` for blank or malformed rows."""
+    parts = row.rstrip("\r\n").split(",", 8)
+    if len(parts) < 9:
+        return None
+    try:
+        coords = [float(v) for v in parts[:8]]
+    except ValueError:
+        return None
+    points = tuple((coords[i], coords[i + 1]) for i in range(0, 8, 2))
+    return TextLine(text=parts[8], polygon=points)
+
+
+def load_sroie(root: Path) -> list[Sample]:
+    """``root/img/*.jpg`` with ``root/box/*.csv`` ground truth where present."""
+    samples = []
+    for img in sorted((root / "img").iterdir()):
+        if img.suffix.lower() not in IMAGE_SUFFIXES:
+            continue
+        box = root / "box" / f"{img.stem}.csv"
+        gt = None
+        if box.is_file():
+            rows = box.read_text(encoding="utf-8", errors="replace").splitlines()
+            gt = tuple(line for line in map(parse_box_line, rows) if line and line.text.strip())
+        samples.append(Sample(name=img.stem, path=img, gt=gt))
+    return samples
+
+
+def load_folder(root: Path) -> list[Sample]:
+    return [Sample(name=p.stem, path=p) for p in sorted(root.iterdir())
+            if p.suffix.lower() in IMAGE_SUFFIXES]
+
+
+def load_dataset(root: Path) -> list[Sample]:
+    """SROIE layout if ``root/img`` exists, else a plain folder of images."""
+    if (root / "img").is_dir():
+        return load_sroie(root)
+    if root.is_dir():
+        return load_folder(root)
+    raise FileNotFoundError(f"no dataset at {root}")
+
+
+# --------------------------------------------------------------------------- synthetic A4
+
+_WORD_TEXT = (
+    "the of and to in is for that on with as by this be are from at or an it not which have "
+    "has will can all their they more one was were other been also its into than these may "
+    "invoice total amount payment account balance due date number order customer service "
+    "delivery address street road city county state country postal code telephone email "
+    "company limited agreement contract section clause party parties terms conditions notice "
+    "period month year annual report summary statement revenue expense tax value added net "
+    "gross quantity unit price discount subtotal reference description item product schedule "
+    "meeting minutes board director committee approved resolution shall hereby pursuant "
+    "following described herein provided however whereas witness signature department office "
+    "records archive document page scanned copy original certified registration license"
+)
+_WORDS = tuple(_WORD_TEXT.split())
+_FONTS = ("helv", "tiro", "cour")
+
+
+def _sentence(rng: random.Random, n_words: int) -> str:
+    words = [rng.choice(_WORDS) for _ in range(n_words)]
+    words[0] = words[0].capitalize()
+    for i in range(1, len(words)):
+        r = rng.random()
+        if r < 0.06:
+            words[i] = str(rng.randint(1, 99999))
+        elif r < 0.09:
+            words[i] = f"{rng.randint(1, 9999)}.{rng.randint(0, 99):02d}"
+        elif r < 0.12:
+            words[i] = words[i].capitalize()
+        elif r < 0.15:
+            words[i] += ","
+    return " ".join(words) + rng.choice((".", ".", ".", ":", ";"))
+
+
+def render_a4_page(seed: int, dpi: int = 300) -> tuple[bytes, tuple[TextLine, ...]]:
+    """One synthetic A4 page as JPEG bytes, and its lines with boxes in image pixels."""
+    import pymupdf as fitz
+
+    rng = random.Random(seed)
+    doc = fitz.open()
+    page = doc.new_page(width=A4_POINTS[0], height=A4_POINTS[1])
+    font = _FONTS[seed % len(_FONTS)]
+    size = rng.choice((9.0, 10.0, 11.0, 12.0))
+    left, right, top, bottom = 60.0, A4_POINTS[0] - 60.0, 70.0, A4_POINTS[1] - 60.0
+    scale = dpi / 72.0
+    lines: list[TextLine] = []
+    y = top + size
+    leading = size * 1.45
+    title = _sentence(rng, rng.randint(3, 6)).rstrip(".:;").upper()
+    page.insert_text((left, y), title, fontname=font, fontsize=size + 3)
+    lines.append(_line(title, left, y, font, size + 3, scale))
+    y += leading * 2
+    while y < bottom:
+        if rng.random() < 0.15:  # a two-column row: label on the left, amount on the right
+            label = _sentence(rng, rng.randint(2, 4)).rstrip(".:;")
+            amount = f"{rng.randint(1, 99999):,}.{rng.randint(0, 99):02d}"
+            page.insert_text((left, y), label, fontname=font, fontsize=size)
+            lines.append(_line(label, left, y, font, size, scale))
+            ax = right - fitz.get_text_length(amount, fontname=font, fontsize=size)
+            page.insert_text((ax, y), amount, fontname=font, fontsize=size)
+            lines.append(_line(amount, ax, y, font, size, scale))
+        else:
+            text = _fill_line(rng, font, size, right - left)
+            page.insert_text((left, y), text, fontname=font, fontsize=size)
+            lines.append(_line(text, left, y, font, size, scale))
+        y += leading * (2.0 if rng.random() < 0.1 else 1.0)
+    pix = page.get_pixmap(dpi=dpi, colorspace=fitz.csRGB)
+    data = pix.tobytes("jpg", jpg_quality=92)
+    doc.close()
+    return data, tuple(lines)
+
+
+def _fill_line(rng: random.Random, font: str, size: float, width: float) -> str:
+    import pymupdf as fitz
+
+    words: list[str] = []
+    budget = width * rng.uniform(0.6, 1.0)
+    while True:
+        nxt = _sentence(rng, rng.randint(4, 9))
+        for w in nxt.split():
+            trial = " ".join([*words, w])
+            if fitz.get_text_length(trial, fontname=font, fontsize=size) > budget:
+                return " ".join(words) if words else w
+            words.append(w)
+
+
+def _line(text: str, x: float, baseline: float, font: str, size: float, scale: float
+          ) -> TextLine:
+    import pymupdf as fitz
+
+    width = fitz.get_text_length(text, fontname=font, fontsize=size)
+    ascent, descent = size * 0.8, size * 0.25
+    x0, x1 = x * scale, (x + width) * scale
+    y0, y1 = (baseline - ascent) * scale, (baseline + descent) * scale
+    return TextLine(text=text, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1)))
+
+
+def synthetic_a4(n: int, out_dir: Path, seed: int = 0, dpi: int = 300) -> list[Sample]:
+    """Render ``n`` pages into ``out_dir`` (reused when already there) and return them."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    samples = []
+    for i in range(n):
+        path = out_dir / f"a4-{seed + i:04d}-{dpi}dpi.jpg"
+        data, lines = render_a4_page(seed + i, dpi=dpi)
+        if not path.is_file() or path.read_bytes() != data:
+            path.write_bytes(data)
+        samples.append(Sample(name=path.stem, path=path, gt=lines))
+    return samples
+
+
+def subset(samples: Sequence[Sample], limit: int | None) -> list[Sample]:
+    return list(samples[:limit] if limit else samples)

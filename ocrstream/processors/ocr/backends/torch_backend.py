@@ -1,0 +1,257 @@
+"""PyTorch: the PP-OCR ONNX graphs converted with onnx2torch, run on CUDA in fp16/bf16.
+
+Conversion. onnx2torch turns each ONNX graph into a ``torch.fx.GraphModule``. Two things in
+the PaddleOCR exports stop it, and :func:`prepare_onnx` rewrites them first, in memory:
+
+- PP-OCRv6 det and rec use ``auto_pad="SAME_UPPER"`` on two 2x2 stride-1 Convs and a 2x2
+  stride-1 MaxPool (the stem); onnx2torch raises ``NotImplementedError: "SAME_UPPER" auto_pad
+  is not implemented``. With stride 1 the padding does not depend on the input size, so it is
+  written out as explicit ``pads`` (0 before, kernel-1 after for SAME_UPPER).
+- The old PP-OCR v2 direction classifier keeps its weights in ``Constant`` nodes, not
+  initializers (onnx2torch: ``KeyError: 'conv1_weights'``); those are moved to initializers.
+
+Running. On CUDA the module runs in the settings' precision (fp16 or bf16), channels_last
+for det, under ``torch.inference_mode`` on a CUDA stream of its own; outputs come back as
+float32. ``torch.compile`` is used when ``SessionOptions.compile`` is set (the first batch of
+each new shape then compiles, so it pays only for long-running workers). On CPU it always runs
+in fp32: that is the parity configuration the tests compare with onnxruntime.
+
+Two ways in:
+
+- :meth:`TorchSession.run` is the :class:`InferSession` contract: NCHW float32 numpy in, the
+  first output as float32 numpy out (copied to the host).
+- :meth:`TorchSession.run_torch` keeps everything on the device: a tensor in (any float
+  dtype, on any device: it is moved to the session's device and dtype), a float32 tensor on
+  the session's device out. The caller's current stream waits for the session's stream, so
+  the result may be used at once. :mod:`ocrstream.processors.ocr.gpu_preprocess` produces
+  such tensors (nvjpeg decode, resize, normalise, perspective crops) so pages stay on the GPU
+  from decode to CTC.
+
+A CUDA device that was asked for and is missing is a :class:`FatalError`, never a fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.errors import FatalError
+from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+_convert_lock = threading.Lock()
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise FatalError(
+            "the torch backend needs PyTorch: pip install 'ocrstream[torch]'",
+            code="backend_unavailable",
+        ) from e
+    return torch
+
+
+def resolve_device(device: str) -> str:
+    """Map the settings' device ("cpu", "cuda", "cuda:1", "gpu") to a torch device string.
+
+    Raises :class:`FatalError` when CUDA is asked for and torch cannot see it.
+    """
+    torch = _import_torch()
+    name = device.strip().lower()
+    if name == "gpu":
+        name = "cuda"
+    if name == "cpu":
+        return "cpu"
+    if not name.startswith("cuda"):
+        raise FatalError(f"the torch backend runs on cpu or cuda, not {device!r}",
+                         code="backend_unavailable")
+    if not torch.cuda.is_available():
+        raise FatalError(
+            f"device {device!r} was asked for but torch sees no CUDA GPU "
+            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})",
+            code="gpu_unavailable",
+        )
+    index = int(name.split(":", 1)[1]) if ":" in name else 0
+    if index >= torch.cuda.device_count():
+        raise FatalError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)",
+                         code="gpu_unavailable")
+    return f"cuda:{index}"
+
+
+def torch_dtype(precision: str, device: str) -> Any:
+    """The compute dtype: fp32 on CPU always, else the settings' precision."""
+    torch = _import_torch()
+    if device == "cpu":
+        return torch.float32
+    name = _DTYPES.get(precision.lower())
+    if name is None:
+        raise FatalError(f"unknown precision {precision!r}; use fp32, fp16 or bf16",
+                         code="bad_config")
+    return getattr(torch, name)
+
+
+def prepare_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Rewrite what onnx2torch cannot convert (see the module docstring); returns a copy."""
+    import onnx
+    from onnx import helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    kept = []
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.output) == 1:
+            value = next((a for a in node.attribute if a.name == "value"), None)
+            if value is not None and value.type == onnx.AttributeProto.TENSOR:
+                tensor = onnx.TensorProto()
+                tensor.CopyFrom(value.t)
+                tensor.name = node.output[0]
+                graph.initializer.append(tensor)
+                continue
+        kept.append(node)
+        _explicit_same_padding(node, helper)
+    del graph.node[:]
+    graph.node.extend(kept)
+    return out
+
+
+def _explicit_same_padding(node: onnx.NodeProto, helper: Any) -> None:
+    attrs = {a.name: a for a in node.attribute}
+    auto_pad = attrs.get("auto_pad")
+    if auto_pad is None:
+        return
+    mode = helper.get_attribute_value(auto_pad)
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode in ("NOTSET", "VALID"):
+        return
+    kernel = list(helper.get_attribute_value(attrs["kernel_shape"]))
+    strides = list(helper.get_attribute_value(attrs["strides"])) if "strides" in attrs else []
+    dilations = (
+        list(helper.get_attribute_value(attrs["dilations"])) if "dilations" in attrs else []
+    )
+    if any(s != 1 for s in strides):
+        raise FatalError(
+            f"{node.op_type} node {node.name!r} uses auto_pad={mode} with strides {strides}: "
+            "its padding depends on the input size, which onnx2torch cannot express",
+            code="model_unsupported",
+        )
+    totals = [(k - 1) * (dilations[i] if dilations else 1) for i, k in enumerate(kernel)]
+    small = [t // 2 for t in totals]
+    large = [t - t // 2 for t in totals]
+    begin, end = (small, large) if mode == "SAME_UPPER" else (large, small)
+    node.attribute.remove(auto_pad)
+    if "pads" in attrs:
+        node.attribute.remove(attrs["pads"])
+    node.attribute.append(helper.make_attribute("pads", begin + end))
+
+
+def convert(model_path: Path) -> torch.nn.Module:
+    """Load an ONNX file and convert it to a torch module (fp32, CPU, eval mode)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        from onnx2torch import convert as onnx2torch_convert
+    except ImportError as e:
+        raise FatalError(
+            "the torch backend needs onnx2torch: pip install 'ocrstream[torch]'",
+            code="backend_unavailable",
+        ) from e
+    try:
+        model = prepare_onnx(onnx.load(str(model_path)))
+    except (OSError, DecodeError) as e:
+        raise FatalError(f"cannot read ONNX model {model_path}: {e}",
+                         code="model_invalid") from e
+    with _convert_lock:  # onnx2torch keeps module-level registries; convert one at a time
+        try:
+            module = onnx2torch_convert(model)
+        except (NotImplementedError, KeyError, ValueError, RuntimeError) as e:
+            raise FatalError(f"onnx2torch cannot convert {model_path.name}: "
+                             f"{type(e).__name__}: {e}", code="model_unsupported") from e
+    return module.eval()
+
+
+class TorchSession:
+    """One converted model on one device; see the module docstring."""
+
+    backend = "torch"
+
+    def __init__(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> None:
+        torch = _import_torch()
+        self.kind = kind
+        self.device = resolve_device(options.device)
+        self.dtype = torch_dtype(options.precision, self.device)
+        self._torch = torch
+        if self.device == "cpu":
+            torch.set_num_threads(max(1, options.threads))
+        module = convert(model_path).to(device=self.device, dtype=self.dtype)
+        self._channels_last = self.device != "cpu" and kind == "det"
+        if self._channels_last:
+            module = module.to(memory_format=torch.channels_last)
+        if self.device != "cpu":
+            # Shapes are bucketed by the engine, so cuDNN's autotuner meets few distinct
+            # shapes and pays for itself after the first batch of each.
+            torch.backends.cudnn.benchmark = True
+        if getattr(options, "compile", False):
+            module = torch.compile(module, dynamic=True)
+        self._module = module
+        self._stream = torch.cuda.Stream(device=self.device) if self.device != "cpu" else None
+        log.info("torch %s session on %s (%s)%s", kind, self.device,
+                 str(self.dtype).removeprefix("torch."),
+                 " compiled" if getattr(options, "compile", False) else "")
+
+    def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """The InferSession contract: numpy NCHW float32 in, first output float32 out."""
+        torch = self._torch
+        x = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
+        if self.device != "cpu":
+            x = x.pin_memory()
+        y = self.run_torch(x)
+        return np.asarray(y.cpu().numpy(), dtype=np.float32)
+
+    def run_torch(self, batch: torch.Tensor) -> torch.Tensor:
+        """Device path: a tensor in, the first output as float32 on ``self.device`` out."""
+        torch = self._torch
+        caller = torch.cuda.current_stream(self.device) if self._stream is not None else None
+        with torch.inference_mode():
+            if self._stream is None:
+                return self._forward(batch)
+            assert caller is not None
+            self._stream.wait_stream(caller)
+            with torch.cuda.stream(self._stream):
+                if batch.device.type == "cuda":
+                    batch.record_stream(self._stream)
+                y = self._forward(batch)
+            caller.wait_stream(self._stream)
+            y.record_stream(caller)
+            return y
+
+    def _forward(self, batch: torch.Tensor) -> torch.Tensor:
+        torch = self._torch
+        memory_format = torch.channels_last if self._channels_last else torch.contiguous_format
+        x = batch.to(device=self.device, dtype=self.dtype, non_blocking=True)
+        x = x.contiguous(memory_format=memory_format)
+        out = self._module(x)
+        if isinstance(out, (list, tuple)):
+            out = out[0]
+        return out.float()
+
+
+class TorchBackend:
+    name = "torch"
+
+    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> TorchSession:
+        return TorchSession(model_path, kind, options)

@@ -1,0 +1,323 @@
+"""Pre- and post-processing on the GPU with torch, so pages stay on the device from decode to CTC.
+
+The CPU engine does these steps with OpenCV and numpy; this module does the same steps on
+tensors, for the torch (and TensorRT) backends' device path
+(:meth:`~ocrstream.processors.ocr.backends.torch_backend.TorchSession.run_torch`):
+
+1. :func:`decode_images`: JPEG bytes are decoded with nvjpeg
+   (``torchvision.io.decode_jpeg(..., device="cuda")``, one batched call); other formats and
+   CPU devices decode on the host and are copied up once. Result: uint8 ``3xHxW`` tensors.
+2. :func:`det_batch`: resize each page so its longer side is at most ``limit_side``, both
+   sides multiples of 32 (as PaddleOCR's ``DetResizeForTest``), normalise with the det
+   mean/std, pad to the batch's largest size. The scale factors map det-map pixels back to
+   page pixels.
+3. DB post-processing (contours, unclip) stays on the CPU: it is branchy and small. Only the
+   probability map crosses, as uint8 (:func:`prob_map_to_host`).
+4. :func:`crop_lines`: each text line's 4-point box is rectified and resized to the rec height
+   in ONE ``grid_sample`` pass: the homography from the output strip to the page quad
+   (solved in a batch with ``torch.linalg.solve``) composed with the resize to
+   ``height x ceil(height * w / h)``. Tall boxes (h/w >= 1.5) are turned 90° counter-clockwise
+   like PaddleOCR's ``get_rotate_crop_image``. Output is normalised ``(x/255 - 0.5) / 0.5``.
+5. :func:`rec_batch`: crops sorted by width are right-padded with zeros into one batch.
+6. :func:`ctc_greedy`: argmax and its probability per time step on the device; only two small
+   ``N x T`` arrays go back to the host for the character lookup.
+
+Colour order: the PP-OCR models were trained on OpenCV's BGR images; ``bgr=True`` (default)
+flips decoded RGB to BGR on the device so the numbers match the CPU path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.errors import FatalError, PoisonError
+
+if TYPE_CHECKING:
+    import torch
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+JPEG_MAGIC = b"\xff\xd8\xff"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise FatalError("GPU preprocessing needs PyTorch: pip install 'ocrstream[torch]'",
+                         code="backend_unavailable") from e
+    return torch
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def decode_images(data: Sequence[bytes], device: str = "cuda") -> list[torch.Tensor]:
+    """Decode encoded images to uint8 ``3xHxW`` RGB tensors on ``device``.
+
+    JPEGs go to nvjpeg in one batched call when ``device`` is CUDA; everything else (PNG,
+    TIFF, JPEGs on CPU) is decoded on the host (torchvision, or OpenCV for TIFF) and copied.
+    """
+    torch = _torch()
+    from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+
+    out: list[Any] = [None] * len(data)
+    on_gpu = device.startswith("cuda")
+    jpeg_idx = [i for i, d in enumerate(data) if on_gpu and d[:3] == JPEG_MAGIC]
+    if jpeg_idx:
+        encoded = [torch.frombuffer(bytearray(data[i]), dtype=torch.uint8) for i in jpeg_idx]
+        try:
+            decoded = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError as e:
+            raise PoisonError(f"nvjpeg cannot decode a page: {e}", code="image_decode") from e
+        for i, img in zip(jpeg_idx, decoded, strict=True):
+            out[i] = img
+    for i, blob in enumerate(data):
+        if out[i] is not None:
+            continue
+        out[i] = _decode_host(blob, decode_image, ImageReadMode.RGB).to(device)
+    return out
+
+
+def _decode_host(blob: bytes, decode_image: Any, mode: Any) -> torch.Tensor:
+    torch = _torch()
+    try:
+        return decode_image(torch.frombuffer(bytearray(blob), dtype=torch.uint8), mode=mode)
+    except RuntimeError:
+        import cv2  # TIFF and other formats torchvision does not read
+
+        arr = cv2.imdecode(np.frombuffer(blob, np.uint8), cv2.IMREAD_COLOR)
+        if arr is None:
+            raise PoisonError("cannot decode page image", code="image_decode") from None
+        return torch.from_numpy(np.ascontiguousarray(arr[:, :, ::-1])).permute(2, 0, 1)
+
+
+def from_numpy(image: npt.NDArray[np.uint8], device: str, bgr_input: bool = True
+               ) -> torch.Tensor:
+    """A host image (HxW gray or HxWx3, BGR as OpenCV gives) as a uint8 ``3xHxW`` RGB tensor."""
+    torch = _torch()
+    arr = image
+    if arr.ndim == 2:
+        arr = np.repeat(arr[:, :, None], 3, axis=2)
+    elif arr.ndim == 3 and arr.shape[2] == 4:
+        arr = arr[:, :, :3]
+    if bgr_input:
+        arr = arr[:, :, ::-1]
+    t = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
+    if device.startswith("cuda"):
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
+# --------------------------------------------------------------------------- det
+
+
+def det_target_size(height: int, width: int, limit_side: int, multiple: int = 32
+                    ) -> tuple[int, int]:
+    """PaddleOCR's ``DetResizeForTest`` (limit_type="max"): longer side <= limit, x32."""
+    ratio = min(1.0, limit_side / max(height, width))
+    h = max(round(height * ratio / multiple) * multiple, multiple)
+    w = max(round(width * ratio / multiple) * multiple, multiple)
+    return h, w
+
+
+def det_batch(
+    images: Sequence[torch.Tensor],
+    limit_side: int,
+    mean: tuple[float, float, float] = IMAGENET_MEAN,
+    std: tuple[float, float, float] = IMAGENET_STD,
+    bgr: bool = True,
+    dtype: Any = None,
+) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[float, float]]]:
+    """Resize, normalise and pad pages (uint8 RGB ``3xHxW``) into one NCHW det batch.
+
+    Returns the batch, each page's resized ``(h, w)`` inside it, and each page's
+    ``(scale_y, scale_x)`` from det pixels back to page pixels.
+    """
+    torch = _torch()
+    import torch.nn.functional as F
+
+    if not images:
+        raise ValueError("det_batch needs at least one image")
+    device = images[0].device
+    dtype = dtype or torch.float32
+    m, s = _mean_std(mean, std, bgr, device)
+    sizes = [det_target_size(int(im.shape[1]), int(im.shape[2]), limit_side) for im in images]
+    max_h = max(h for h, _ in sizes)
+    max_w = max(w for _, w in sizes)
+    batch = torch.zeros((len(images), 3, max_h, max_w), dtype=torch.float32, device=device)
+    scales: list[tuple[float, float]] = []
+    for i, (im, (h, w)) in enumerate(zip(images, sizes, strict=True)):
+        x = im.unsqueeze(0).float()
+        if bgr:
+            x = x.flip(1)
+        if (h, w) != tuple(im.shape[1:]):
+            x = F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False,
+                              antialias=False)
+        batch[i, :, :h, :w] = (x[0] / 255.0 - m) / s
+        scales.append((im.shape[1] / h, im.shape[2] / w))
+    return batch.to(dtype), sizes, scales
+
+
+def _mean_std(mean: Sequence[float], std: Sequence[float], bgr: bool, device: Any
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    torch = _torch()
+    # PaddleOCR applies its mean/std list in the order of the image's channels (BGR).
+    m = torch.tensor(list(mean), dtype=torch.float32, device=device).view(3, 1, 1)
+    s = torch.tensor(list(std), dtype=torch.float32, device=device).view(3, 1, 1)
+    return m, s
+
+
+def prob_map_to_host(prob: torch.Tensor) -> npt.NDArray[np.float32]:
+    """The det probability maps (``Nx1xHxW`` in [0, 1]) to the host as float32 ``NxHxW``.
+
+    Sent as uint8 (a quarter of the bytes) and widened on the host: DB thresholds (0.3) and
+    box scores (mean inside the polygon) are insensitive to 1/255 steps.
+    """
+    q = (prob[:, 0].clamp(0, 1) * 255.0 + 0.5).to(dtype=_torch().uint8)
+    return q.cpu().numpy().astype(np.float32) / 255.0
+
+
+# --------------------------------------------------------------------------- crops
+
+
+def crop_sizes(quads: npt.ArrayLike) -> tuple[npt.NDArray[np.float64],
+                                                        npt.NDArray[np.float64],
+                                                        npt.NDArray[np.bool_]]:
+    """Per quad: crop width, crop height (PaddleOCR's rule) and whether it is turned 90°."""
+    q = np.asarray(quads, dtype=np.float64)
+    w = np.maximum(np.linalg.norm(q[:, 0] - q[:, 1], axis=1),
+                   np.linalg.norm(q[:, 2] - q[:, 3], axis=1))
+    h = np.maximum(np.linalg.norm(q[:, 0] - q[:, 3], axis=1),
+                   np.linalg.norm(q[:, 1] - q[:, 2], axis=1))
+    w = np.maximum(np.floor(w), 1.0)
+    h = np.maximum(np.floor(h), 1.0)
+    turned = h / w >= 1.5
+    return w, h, turned
+
+
+def rec_widths(quads: npt.ArrayLike, height: int, max_width: int
+               ) -> npt.NDArray[np.int64]:
+    """The rec input width of each line: ``ceil(height * w / h)``, clipped to 1..max_width."""
+    w, h, turned = crop_sizes(quads)
+    cw = np.where(turned, h, w)
+    ch = np.where(turned, w, h)
+    return np.clip(np.ceil(height * cw / ch), 1, max_width).astype(np.int64)
+
+
+def homographies(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """Batched 3x3 homographies mapping ``dst`` points to ``src`` points (``Kx4x2`` each)."""
+    torch = _torch()
+    k = src.shape[0]
+    x, y = dst[..., 0], dst[..., 1]
+    u, v = src[..., 0], src[..., 1]
+    zeros, ones = torch.zeros_like(x), torch.ones_like(x)
+    rows_u = torch.stack([x, y, ones, zeros, zeros, zeros, -x * u, -y * u], dim=-1)
+    rows_v = torch.stack([zeros, zeros, zeros, x, y, ones, -x * v, -y * v], dim=-1)
+    a = torch.cat([rows_u, rows_v], dim=1)  # K x 8 x 8
+    b = torch.cat([u, v], dim=1).unsqueeze(-1)  # K x 8 x 1
+    h = torch.linalg.solve(a.double(), b.double()).squeeze(-1)
+    return torch.cat([h, torch.ones((k, 1), dtype=h.dtype, device=h.device)], 1).view(k, 3, 3)
+
+
+def crop_lines(
+    image: torch.Tensor,
+    quads: npt.NDArray[np.float32],
+    height: int = 48,
+    max_width: int = 3200,
+    bgr: bool = True,
+    mode: str = "bilinear",
+) -> list[torch.Tensor]:
+    """Rectify and resize each line of one page (uint8 RGB ``3xHxW``) in one grid_sample.
+
+    ``quads`` is ``Kx4x2`` in page pixels, clockwise from top-left. Returns K float32
+    tensors ``3 x height x w_k`` normalised to [-1, 1], ready for :func:`rec_batch`.
+    """
+    torch = _torch()
+    import torch.nn.functional as F
+
+    if len(quads) == 0:
+        return []
+    device = image.device
+    q = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
+    cw, ch, turned = crop_sizes(q)
+    # a turned crop is read from the quad starting at its top-right corner (rot90 CCW)
+    q = np.where(turned[:, None, None], np.roll(q, -1, axis=1), q)
+    cw, ch = np.where(turned, ch, cw), np.where(turned, cw, ch)
+    widths = np.clip(np.ceil(height * cw / ch), 1, max_width).astype(np.int64)
+    w_max = int(widths.max())
+    k = len(q)
+    dst = np.stack([np.zeros(k), np.zeros(k), cw, np.zeros(k), cw, ch, np.zeros(k), ch],
+                   axis=1).reshape(k, 4, 2)
+    hmat = homographies(torch.from_numpy(q).to(device), torch.from_numpy(dst).to(device))
+    # output pixel (u, v) -> crop pixel (half-pixel centres, as cv2.resize) -> page pixel
+    us = torch.arange(w_max, device=device, dtype=torch.float64) + 0.5
+    vs = torch.arange(height, device=device, dtype=torch.float64) + 0.5
+    sx = torch.from_numpy(cw / widths).to(device).view(k, 1, 1)
+    sy = torch.from_numpy(ch / height).to(device).view(k, 1, 1)
+    xc = us.view(1, 1, -1) * sx - 0.5
+    yc = vs.view(1, -1, 1) * sy - 0.5
+    xc, yc = torch.broadcast_tensors(xc, yc)
+    pts = torch.stack([xc, yc, torch.ones_like(xc)], dim=-1)  # K x H x W x 3
+    mapped = torch.einsum("kij,khwj->khwi", hmat, pts)
+    px = mapped[..., 0] / mapped[..., 2]
+    py = mapped[..., 1] / mapped[..., 2]
+    in_h, in_w = int(image.shape[1]), int(image.shape[2])
+    grid = torch.stack([(2 * px + 1) / in_w - 1, (2 * py + 1) / in_h - 1], dim=-1).float()
+    src = image.unsqueeze(0).float()
+    if bgr:
+        src = src.flip(1)
+    out = F.grid_sample(src.expand(k, -1, -1, -1), grid, mode=mode, padding_mode="border",
+                        align_corners=False)
+    out = (out.clamp(0, 255) / 255.0 - 0.5) / 0.5
+    return [out[i, :, :, : int(widths[i])] for i in range(k)]
+
+
+def rec_batch(crops: Sequence[torch.Tensor], width: int | None = None, dtype: Any = None
+              ) -> torch.Tensor:
+    """Right-pad normalised crops (``3xHxw``) with zeros into one ``Nx3xHxW`` batch."""
+    torch = _torch()
+    if not crops:
+        raise ValueError("rec_batch needs at least one crop")
+    w = max(width or 0, max(int(c.shape[-1]) for c in crops))
+    h = int(crops[0].shape[1])
+    batch = torch.zeros((len(crops), 3, h, w), dtype=dtype or torch.float32,
+                        device=crops[0].device)
+    for i, c in enumerate(crops):
+        batch[i, :, :, : c.shape[-1]] = c
+    return batch
+
+
+def bucket_width(width: int, step: int = 32, max_width: int = 3200) -> int:
+    """Round a batch width up to a multiple of ``step`` so cuDNN/TensorRT see few shapes."""
+    return min(max_width, math.ceil(width / step) * step)
+
+
+# --------------------------------------------------------------------------- CTC
+
+
+def ctc_greedy(probs: torch.Tensor) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+    """Argmax class and its probability per time step (``NxTxC`` in, two ``NxT`` out)."""
+    values, index = probs.max(dim=-1)
+    return (index.to(dtype=_torch().int32).cpu().numpy(),
+            values.float().cpu().numpy())
+
+
+def ctc_collapse(index: npt.NDArray[np.int32], values: npt.NDArray[np.float32],
+                 charset: Sequence[str]) -> list[tuple[str, float]]:
+    """Greedy CTC decode of :func:`ctc_greedy`'s arrays: drop repeats and blanks (index 0)."""
+    out: list[tuple[str, float]] = []
+    if index.size == 0:
+        return [("", 0.0)] * len(index)
+    keep = index != 0
+    keep[:, 1:] &= index[:, 1:] != index[:, :-1]
+    for row, mask, vals in zip(index, keep, values, strict=True):
+        ids = row[mask]
+        text = "".join(charset[i] for i in ids if i < len(charset))
+        out.append((text, float(vals[mask].mean()) if ids.size else 0.0))
+    return out
