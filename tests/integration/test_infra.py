@@ -100,7 +100,13 @@ def _scan(i: int) -> ScanSubmitted:
 
 def test_kafka_round_trip_commit_and_lag(kafka_settings: KafkaSettings) -> None:
     """An Avro ScanSubmitted produced, consumed in a group, committed; lag read by the admin API."""
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+    from confluent_kafka import (
+        Consumer,
+        ConsumerGroupTopicPartitions,
+        Message,
+        Producer,
+        TopicPartition,
+    )
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     topic = kafka_settings.topic(SCANS)
@@ -118,7 +124,7 @@ def test_kafka_round_trip_commit_and_lag(kafka_settings: KafkaSettings) -> None:
             "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
         }))
         consumer.subscribe([topic])
-        received = []
+        received: list[Message] = []
         deadline = time.monotonic() + 60
         try:
             while len(received) < len(sent):
@@ -134,7 +140,8 @@ def test_kafka_round_trip_commit_and_lag(kafka_settings: KafkaSettings) -> None:
         finally:
             consumer.close()
 
-        decoded = {r.doc_id: r for r in (codec.decode(m.value()) for m in received)}
+        records = [codec.decode_as(m.value() or b"", ScanSubmitted) for m in received]
+        decoded = {r.doc_id: r for r in records}
         assert decoded == {r.doc_id: r for r in sent}
 
         admin = AdminClient(kafka_settings.librdkafka())
