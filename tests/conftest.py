@@ -40,3 +40,13 @@ def kafka_settings(unique_id: str) -> KafkaSettings:
 def s3_settings(unique_id: str) -> Iterator[S3Settings]:
     bucket = f"t-{unique_id}"[:63].rstrip("-")
     yield S3Settings(bucket=bucket)
+
+
+@pytest.fixture
+def topics(kafka_settings: KafkaSettings) -> Iterator[KafkaSettings]:
+    """The design's topics under this test's prefix (partitions scaled by 1/8), deleted after."""
+    from ocrstream.streams.topics import delete_topics, ensure_topics
+
+    ensure_topics(kafka_settings, partitions_scale=0.125)
+    yield kafka_settings
+    delete_topics(kafka_settings)
