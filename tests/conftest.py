@@ -10,10 +10,14 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
+
+if TYPE_CHECKING:
+    from ocrstream.storage import ObjectStore
 
 
 def _slug(text: str) -> str:
@@ -37,9 +41,9 @@ def kafka_settings(unique_id: str) -> KafkaSettings:
 
 
 @pytest.fixture
-def s3_settings(unique_id: str) -> Iterator[S3Settings]:
+def s3_settings(unique_id: str) -> S3Settings:
     bucket = f"t-{unique_id}"[:63].rstrip("-")
-    yield S3Settings(bucket=bucket)
+    return S3Settings(bucket=bucket)
 
 
 @pytest.fixture
@@ -50,3 +54,14 @@ def topics(kafka_settings: KafkaSettings) -> Iterator[KafkaSettings]:
     ensure_topics(kafka_settings, partitions_scale=0.125)
     yield kafka_settings
     delete_topics(kafka_settings)
+
+
+@pytest.fixture
+def object_store(s3_settings: S3Settings) -> Iterator[ObjectStore]:
+    """An ObjectStore on this test's own bucket (created first), emptied and removed after."""
+    from ocrstream.storage import ObjectStore
+
+    store = ObjectStore(s3_settings)
+    store.ensure_bucket()
+    yield store
+    store.remove_bucket()
