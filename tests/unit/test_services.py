@@ -258,3 +258,31 @@ def test_build_services_selects_and_orders(tmp_path: Path) -> None:
     assert names == ["kafka", "prometheus"]
     with pytest.raises(ServiceError, match="unknown service"):
         build_services(settings, S3Settings(), ["zookeeper"])
+
+
+# -- docker-compose (no Docker daemon here: check its structure) ----------------------------
+
+
+def test_compose_file_is_consistent() -> None:
+    from ocrstream.cli import _COMMANDS
+
+    root = repo_infra_dir().parent
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"kafka", "minio", "prometheus", "grafana", "topics", "splitter", "ocr-worker",
+            "assembler", "lag-exporter"} <= set(services)
+    for name, svc in services.items():
+        for dep in svc.get("depends_on") or []:
+            assert dep in services, f"{name} depends on unknown {dep}"
+        for volume in svc.get("volumes") or []:
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (root / source).exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in compose["volumes"], f"{name} uses undeclared volume {source}"
+        if svc.get("build"):
+            assert svc["command"][0] in _COMMANDS, f"{name} runs unknown command"
+    prometheus_cmd = " ".join(services["prometheus"]["command"])
+    assert "/etc/prometheus/prometheus.docker.yml" in prometheus_cmd
+    assert (root / "infra/prometheus/prometheus.docker.yml").exists()
+    assert (root / "Dockerfile").exists()

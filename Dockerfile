@@ -1,0 +1,27 @@
+# The ocrstream agents: `docker run ocrstream:0.1.0 splitter|ocr-worker|assembler|lag-exporter`.
+# CPU inference (onnxruntime); for GPUs build FROM an NVIDIA CUDA runtime image and install
+# the `gpu` extra instead.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# OpenCV (headless) and onnxruntime need glib and OpenMP at run time.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libglib2.0-0 libgomp1 \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN useradd --create-home --uid 10001 ocrstream
+WORKDIR /app
+
+COPY pyproject.toml README.md ./
+COPY ocrstream ./ocrstream
+RUN pip install .
+
+USER ocrstream
+# Metrics: splitter 9101, assembler 9102, lag-exporter 9103, ocr-worker 9110.
+EXPOSE 9101 9102 9103 9110
+ENTRYPOINT ["ocrstream"]
+CMD ["--help"]
