@@ -160,4 +160,6 @@ def test_kafka_round_trip_commit_and_lag(kafka_settings: KafkaSettings) -> None:
         assert sum(high.values()) == 5
         assert sum(lag.values()) == 2, (committed, high)
     finally:
+        cleanup = AdminClient(kafka_settings.librdkafka())
+        cleanup.delete_consumer_groups([group])[group].result(timeout=30)
         delete_topics(kafka_settings, specs=[SPECS[SCANS]])
