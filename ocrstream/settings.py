@@ -119,6 +119,7 @@ class S3Settings(BaseSettings):
     bucket: str = "ocrstream"
     key_prefix: str = ""
     part_size: int = 16 * 1024 * 1024
+    parallel_uploads: int = 2
     retries: int = 5
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 5.0

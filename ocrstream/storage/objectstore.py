@@ -133,13 +133,12 @@ def make_client(settings: S3Settings) -> Minio:
 class ObjectStore:
     """Put, get, stat, list and delete objects in one bucket (others by ``bucket=``)."""
 
-    def __init__(self, settings: S3Settings, *, parallel_uploads: int = 2) -> None:
+    def __init__(self, settings: S3Settings) -> None:
         if settings.part_size < _MIN_PART:
             raise ValueError(f"part_size must be at least {_MIN_PART} bytes")
         self.settings = settings
         self.bucket = settings.bucket
         self.keys = Keys(settings.key_prefix)
-        self.parallel_uploads = parallel_uploads
         self.client = make_client(settings)
 
     def __repr__(self) -> str:
@@ -301,7 +300,7 @@ class ObjectStore:
         """Upload from a readable stream of ``length`` bytes (-1: read to the end).
 
         Anything over ``part_size`` goes up as a multipart upload read part by part, so memory
-        stays near ``part_size × parallel_uploads`` whatever the object's size. Only seekable
+        stays near ``part_size × (parallel_uploads + 2)`` whatever the object's size. Only seekable
         streams are retried (they're rewound first); a failed upload is aborted by the SDK.
         """
         bucket = bucket or self.bucket
@@ -315,7 +314,8 @@ class ObjectStore:
             result = self.client.put_object(
                 bucket, key, cast(BinaryIO, counted), length,
                 content_type=content_type, metadata=dict(metadata or {}),
-                part_size=self.settings.part_size, num_parallel_uploads=self.parallel_uploads,
+                part_size=self.settings.part_size,
+                num_parallel_uploads=self.settings.parallel_uploads,
             )  # fmt: skip
             size = length if length >= 0 else counted.count
             return ObjectInfo(bucket, key, size, result.etag or "", content_type)
