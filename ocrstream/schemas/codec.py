@@ -115,7 +115,11 @@ class Codec:
     # --- encode ---------------------------------------------------------------------------
 
     def encode(self, record: Record, topic: str | None = None) -> bytes:
-        """Avro bytes for ``record``. With a registry, ``topic`` names the subject."""
+        """Avro bytes for ``record``.
+
+        With a registry, ``topic`` (the full name, ``KafkaSettings.topic(...)``) names the
+        subject ``<topic>-value``; registry errors are retriable or fatal, see ``registry``.
+        """
         schema = self.schemas.current[record.SCHEMA]
         buf = io.BytesIO()
         if self.registry is None:
