@@ -13,9 +13,6 @@ from typing import Any
 from ocrstream.errors import OcrstreamError
 from ocrstream.schemas.records import DeadLetter, utc_now
 
-DLQ_TOPIC = "ocr.dlq.v1"
-
-
 def _as_bytes(value: Any) -> bytes | None:
     if value is None:
         return None

@@ -1,7 +1,8 @@
 """The OCR worker's core, with no Kafka in it: page tasks in, page results out.
 
 - :func:`prepare_page` (run in a thread pool) fetches a claim-checked image from the store and
-  decodes it, checking the pixel limit from the image header before any large allocation.
+  decodes it to the engine's BGR array (:mod:`ocrstream.processors.imageio`, which checks the
+  pixel limit from the image header before any large allocation).
 - :class:`MicroBatcher` groups prepared pages of any documents into batches (max size, max wait).
 - :func:`process_batch` runs one batch through the engine's batching API and turns every page
   into a :class:`PageResult`: ``ok``/``empty`` with lines, or ``failed`` with a reason code.
@@ -13,21 +14,20 @@ fails alone is found, so one bad page fails only itself.
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-import cv2
 import numpy as np
 import numpy.typing as npt
-from PIL import Image, UnidentifiedImageError
 
-from ocrstream.errors import FatalError, LimitExceededError, PoisonError
-from ocrstream.processors.ocr.types import EngineInfo, PageOCR
+from ocrstream.errors import FatalError, PoisonError
+from ocrstream.processors.imageio import PageTooLargeError, decode_image
+from ocrstream.processors.ocr.batching import PageEngine
+from ocrstream.processors.ocr.types import PageOCR
 from ocrstream.schemas.records import (
     Engine,
     ErrorInfo,
@@ -48,21 +48,8 @@ T = TypeVar("T")
 TEXT_LAYER_ENGINE = Engine(backend="text-layer", model="pdf", version="1")
 
 
-class UndecodableImageError(PoisonError):
-    code = "undecodable_image"
-
-
 class ImageMissingError(PoisonError):
     code = "image_missing"
-
-
-class PageEngine(Protocol):
-    """What the worker needs from the engine: its identity and a batch call."""
-
-    @property
-    def info(self) -> EngineInfo: ...
-
-    def recognize(self, images: Sequence[Image_]) -> list[PageOCR]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,41 +69,6 @@ class PreparedPage:
 # --- prepare ------------------------------------------------------------------------------
 
 
-def decode_image(encoding: str, data: bytes, width: int, height: int, max_pixels: int) -> Image_:
-    """A page image as an H×W×3 uint8 RGB array; the pixel limit is checked from the header."""
-    enc = encoding.lower()
-    if enc.startswith("raw-"):
-        channels = {"raw-gray8": 1, "raw-rgb8": 3}.get(enc)
-        if channels is None:
-            raise UndecodableImageError(f"unknown raw encoding {encoding!r}")
-        if width * height > max_pixels:
-            raise LimitExceededError(f"page is {width}x{height} pixels, over {max_pixels}")
-        if len(data) != width * height * channels:
-            raise UndecodableImageError(
-                f"{encoding} of {width}x{height} needs {width * height * channels} bytes, "
-                f"got {len(data)}"
-            )
-        arr = np.frombuffer(data, np.uint8).reshape(height, width, channels)
-        return np.ascontiguousarray(np.repeat(arr, 3, axis=2) if channels == 1 else arr)
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            w, h = im.size  # header only: nothing decoded yet
-            if w * h > max_pixels:
-                raise LimitExceededError(f"page is {w}x{h} pixels, over {max_pixels}")
-            fmt = im.format
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        raise UndecodableImageError(f"{encoding} image does not open: {e}") from e
-    if fmt in ("PNG", "JPEG", "TIFF", "JPEG2000", "BMP", "WEBP"):
-        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        if bgr is not None:
-            return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)  # type: ignore[return-value]
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    except (OSError, ValueError, Image.DecompressionBombError) as e:
-        raise UndecodableImageError(f"{encoding} image does not decode: {e}") from e
-
-
 def prepare_page(task: PageTask, fetch: Callable[[str], bytes], *, max_pixels: int) -> PreparedPage:
     """Fetch and decode one page. A RetriableError (store down) propagates: try again later."""
     if task.text_layer is not None:
@@ -129,7 +81,11 @@ def prepare_page(task: PageTask, fetch: Callable[[str], bytes], *, max_pixels: i
             data = fetch(task.image.uri)
         else:
             raise ImageMissingError("page task carries neither image bytes nor a URI")
-        image = decode_image(task.image.encoding, data, task.width, task.height, max_pixels)
+        if task.width * task.height > max_pixels:
+            raise PageTooLargeError(
+                f"page is {task.width}x{task.height} pixels, over the limit of {max_pixels}"
+            )
+        image = decode_image(data, max_pixels=max_pixels)
     except PoisonError as e:
         return PreparedPage(task, error=ErrorInfo(e.code, str(e)))
     return PreparedPage(task, image=image, decode_ms=(time.perf_counter() - start) * 1000)

@@ -43,7 +43,7 @@ from ocrstream.logs import log_context
 from ocrstream.schemas.codec import Codec, UnencodableRecordError
 from ocrstream.schemas.records import ErrorInfo, PageResult, PageTask
 from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerSettings
-from ocrstream.streams import dlq
+from ocrstream.streams import dlq, topics
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.ocr_batch import (
     MicroBatcher,
@@ -60,8 +60,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "ocr"
 DLQ_STAGE = "ocr-worker"
-PAGES_TOPIC = "ocr.pages.v1"
-RESULTS_TOPIC = "ocr.page-results.v1"
 
 Origin = tuple[str, int, int]  # topic, partition, offset
 
@@ -125,9 +123,9 @@ class OcrWorker:
         self.fetch = fetch
         self.metrics = metrics
         self.worker_id = worker_id or default_worker_id()
-        self.topic = kafka.topic(PAGES_TOPIC)
-        self.results_topic = kafka.topic(RESULTS_TOPIC)
-        self.dlq_topic = kafka.topic(dlq.DLQ_TOPIC)
+        self.topic = kafka.topic(topics.PAGES)
+        self.results_topic = kafka.topic(topics.PAGE_RESULTS)
+        self.dlq_topic = kafka.topic(topics.DLQ)
         self.consumer = (
             consumer if consumer is not None else Consumer(consumer_config(kafka, settings))
         )

@@ -443,4 +443,4 @@ def test_pixel_limit_is_checked_before_decoding() -> None:
     assert isinstance(page, PreparedPage)
     assert page.image is None
     assert page.error is not None
-    assert page.error.code == "limit_exceeded"
+    assert page.error.code == "page_too_large"
