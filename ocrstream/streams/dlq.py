@@ -13,6 +13,7 @@ from typing import Any
 from ocrstream.errors import OcrstreamError
 from ocrstream.schemas.records import DeadLetter, utc_now
 
+
 def _as_bytes(value: Any) -> bytes | None:
     if value is None:
         return None
