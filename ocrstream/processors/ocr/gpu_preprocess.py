@@ -7,10 +7,8 @@ tensors, for the torch (and TensorRT) backends' device path
 1. :func:`decode_images`: JPEG bytes are decoded with nvjpeg
    (``torchvision.io.decode_jpeg(..., device="cuda")``, one batched call); other formats and
    CPU devices decode on the host and are copied up once. Result: uint8 ``3xHxW`` tensors.
-2. :func:`det_batch`: resize each page so its longer side is at most ``limit_side``, both
-   sides multiples of 32 (as PaddleOCR's ``DetResizeForTest``), normalise with the det
-   mean/std, pad to the batch's largest size. The scale factors map det-map pixels back to
-   page pixels.
+2. :func:`det_tensor`: resize pages of one det shape (``det.det_shape``) and normalise with
+   the det mean/std.
 3. DB post-processing (contours, unclip) stays on the CPU: it is branchy and small. Only the
    probability map crosses, as uint8 (:func:`prob_map_to_host`).
 4. :func:`crop_lines`: each text line's 4-point box is rectified and resized to the rec height
@@ -18,17 +16,19 @@ tensors, for the torch (and TensorRT) backends' device path
    (solved in a batch with ``torch.linalg.solve``) composed with the resize to
    ``height x ceil(height * w / h)``. Tall boxes (h/w >= 1.5) are turned 90° counter-clockwise
    like PaddleOCR's ``get_rotate_crop_image``. Output is normalised ``(x/255 - 0.5) / 0.5``.
-5. :func:`rec_batch`: crops sorted by width are right-padded with zeros into one batch.
+5. :func:`rec_batch`: crops of one width bucket are right-padded with zeros into one batch.
 6. :func:`ctc_greedy`: argmax and its probability per time step on the device; only two small
    ``N x T`` arrays go back to the host for the character lookup.
 
 Colour order: the PP-OCR models were trained on OpenCV's BGR images; ``bgr=True`` (default)
 flips decoded RGB to BGR on the device so the numbers match the CPU path.
+
+The sizes and rules (det input shape, crop size, vertical-line turn, rec width, bucket width)
+are the CPU engine's own functions (``det``, ``rec``, ``geometry``), so both paths batch alike.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -117,54 +117,41 @@ def from_numpy(image: npt.NDArray[np.uint8], device: str, bgr_input: bool = True
 # --------------------------------------------------------------------------- det
 
 
-def det_target_size(height: int, width: int, limit_side: int, multiple: int = 32
-                    ) -> tuple[int, int]:
-    """PaddleOCR's ``DetResizeForTest`` (limit_type="max"): longer side <= limit, x32."""
-    ratio = min(1.0, limit_side / max(height, width))
-    h = max(round(height * ratio / multiple) * multiple, multiple)
-    w = max(round(width * ratio / multiple) * multiple, multiple)
-    return h, w
-
-
-def det_batch(
+def det_tensor(
     images: Sequence[torch.Tensor],
-    limit_side: int,
+    shape: tuple[int, int],
     mean: tuple[float, float, float] = IMAGENET_MEAN,
     std: tuple[float, float, float] = IMAGENET_STD,
     bgr: bool = True,
-    dtype: Any = None,
-) -> tuple[torch.Tensor, list[tuple[int, int]], list[tuple[float, float]]]:
-    """Resize, normalise and pad pages (uint8 RGB ``3xHxW``) into one NCHW det batch.
+) -> torch.Tensor:
+    """Pages (uint8 RGB ``3xHxW`` on one device) resized to ``shape`` and normalised, NCHW.
 
-    Returns the batch, each page's resized ``(h, w)`` inside it, and each page's
-    ``(scale_y, scale_x)`` from det pixels back to page pixels.
+    ``shape`` comes from :func:`ocrstream.processors.ocr.det.det_shape`, and only pages of
+    one shape share a batch, as on the CPU path (no padding, so a page's result does not
+    depend on its neighbours). Downscaling uses antialiased bilinear (the CPU path's
+    INTER_AREA), upscaling plain bilinear (INTER_LINEAR); mean/std apply to BGR/255.
     """
     torch = _torch()
     import torch.nn.functional as F
 
     if not images:
-        raise ValueError("det_batch needs at least one image")
+        raise ValueError("det_tensor needs at least one image")
     device = images[0].device
-    dtype = dtype or torch.float32
-    m, s = _mean_std(mean, std, bgr, device)
-    sizes = [det_target_size(int(im.shape[1]), int(im.shape[2]), limit_side) for im in images]
-    max_h = max(h for h, _ in sizes)
-    max_w = max(w for _, w in sizes)
-    batch = torch.zeros((len(images), 3, max_h, max_w), dtype=torch.float32, device=device)
-    scales: list[tuple[float, float]] = []
-    for i, (im, (h, w)) in enumerate(zip(images, sizes, strict=True)):
+    m, s = _mean_std(mean, std, device)
+    batch = torch.empty((len(images), 3, *shape), dtype=torch.float32, device=device)
+    for i, im in enumerate(images):
         x = im.unsqueeze(0).float()
         if bgr:
             x = x.flip(1)
-        if (h, w) != tuple(im.shape[1:]):
-            x = F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False,
-                              antialias=False)
-        batch[i, :, :h, :w] = (x[0] / 255.0 - m) / s
-        scales.append((im.shape[1] / h, im.shape[2] / w))
-    return batch.to(dtype), sizes, scales
+        if tuple(shape) != tuple(im.shape[1:]):
+            shrink = shape[0] * shape[1] < im.shape[1] * im.shape[2]
+            x = F.interpolate(x, size=tuple(shape), mode="bilinear", align_corners=False,
+                              antialias=shrink)
+        batch[i] = (x[0] / 255.0 - m) / s
+    return batch
 
 
-def _mean_std(mean: Sequence[float], std: Sequence[float], bgr: bool, device: Any
+def _mean_std(mean: Sequence[float], std: Sequence[float], device: Any
               ) -> tuple[torch.Tensor, torch.Tensor]:
     torch = _torch()
     # PaddleOCR applies its mean/std list in the order of the image's channels (BGR).
@@ -187,22 +174,22 @@ def prob_map_to_host(prob: torch.Tensor) -> npt.NDArray[np.float32]:
 
 
 def crop_sizes(quads: npt.ArrayLike) -> tuple[npt.NDArray[np.float64],
-                                                        npt.NDArray[np.float64],
-                                                        npt.NDArray[np.bool_]]:
-    """Per quad: crop width, crop height (PaddleOCR's rule) and whether it is turned 90°."""
-    q = np.asarray(quads, dtype=np.float64)
+                                               npt.NDArray[np.float64],
+                                               npt.NDArray[np.bool_]]:
+    """Per quad: crop width, height and whether it is turned 90° (as ``geometry.crop_quad``)."""
+    from ocrstream.processors.ocr.geometry import VERTICAL_RATIO
+
+    q = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
     w = np.maximum(np.linalg.norm(q[:, 0] - q[:, 1], axis=1),
                    np.linalg.norm(q[:, 2] - q[:, 3], axis=1))
     h = np.maximum(np.linalg.norm(q[:, 0] - q[:, 3], axis=1),
                    np.linalg.norm(q[:, 1] - q[:, 2], axis=1))
-    w = np.maximum(np.floor(w), 1.0)
-    h = np.maximum(np.floor(h), 1.0)
-    turned = h / w >= 1.5
-    return w, h, turned
+    w = np.maximum(np.round(w), 1.0)
+    h = np.maximum(np.round(h), 1.0)
+    return w, h, h >= VERTICAL_RATIO * w
 
 
-def rec_widths(quads: npt.ArrayLike, height: int, max_width: int
-               ) -> npt.NDArray[np.int64]:
+def rec_widths(quads: npt.ArrayLike, height: int, max_width: int) -> npt.NDArray[np.int64]:
     """The rec input width of each line: ``ceil(height * w / h)``, clipped to 1..max_width."""
     w, h, turned = crop_sizes(quads)
     cw = np.where(turned, h, w)
@@ -249,7 +236,7 @@ def crop_lines(
     # a turned crop is read from the quad starting at its top-right corner (rot90 CCW)
     q = np.where(turned[:, None, None], np.roll(q, -1, axis=1), q)
     cw, ch = np.where(turned, ch, cw), np.where(turned, cw, ch)
-    widths = np.clip(np.ceil(height * cw / ch), 1, max_width).astype(np.int64)
+    widths = rec_widths(quads, height, max_width)
     w_max = int(widths.max())
     k = len(q)
     dst = np.stack([np.zeros(k), np.zeros(k), cw, np.zeros(k), cw, ch, np.zeros(k), ch],
@@ -293,11 +280,6 @@ def rec_batch(crops: Sequence[torch.Tensor], width: int | None = None, dtype: An
     return batch
 
 
-def bucket_width(width: int, step: int = 32, max_width: int = 3200) -> int:
-    """Round a batch width up to a multiple of ``step`` so cuDNN/TensorRT see few shapes."""
-    return min(max_width, math.ceil(width / step) * step)
-
-
 # --------------------------------------------------------------------------- CTC
 
 
@@ -321,3 +303,130 @@ def ctc_collapse(index: npt.NDArray[np.int32], values: npt.NDArray[np.float32],
         text = "".join(charset[i] for i in ids if i < len(charset))
         out.append((text, float(vals[mask].mean()) if ids.size else 0.0))
     return out
+
+
+# --------------------------------------------------------------------------- pipeline
+
+
+class DevicePipeline:
+    """det → DB → crops → rec → CTC with the pages on the GPU (sessions need ``run_torch``).
+
+    The same stages, sizes and batching rules as :class:`~ocrstream.processors.ocr.engine.
+    OcrEngine` (det batches of one shape, reading order, rec batches of one width bucket drawn
+    from every page, greedy CTC, lines under ``min_confidence`` dropped); only the DB contour
+    search runs on the host, on a uint8 copy of the probability map. Orientation, deskew and
+    the line classifier are not done here: the engine's CPU path has them.
+
+    ``timings_ms`` per page are shares of each batch's time, measured after a device
+    synchronise, so they are exact but cost a little overlap.
+    """
+
+    def __init__(
+        self,
+        det: Any,
+        rec: Any,
+        charset: Sequence[str],
+        *,
+        det_params: Any,
+        rec_params: Any,
+        det_batch: int,
+        rec_batch: int,
+        min_confidence: float = 0.5,
+        device: str = "cuda",
+    ) -> None:
+        for session in (det, rec):
+            if not hasattr(session, "run_torch"):
+                raise FatalError(f"{type(session).__name__} has no device path (run_torch)",
+                                 code="bad_config")
+        self.det, self.rec, self.charset = det, rec, tuple(charset)
+        self.det_params, self.rec_params = det_params, rec_params
+        self.det_batch, self.rec_batch = max(1, det_batch), max(1, rec_batch)
+        self.min_confidence = min_confidence
+        self.device = getattr(det, "device", device)
+
+    @classmethod
+    def from_engine(cls, engine: Any) -> DevicePipeline:
+        """Reuse an :class:`OcrEngine`'s loaded sessions, charset and parameters."""
+        settings = engine.settings
+        return cls(engine._det, engine._rec, engine._charset,
+                   det_params=engine.det_params, rec_params=engine.rec_params,
+                   det_batch=settings.det_batch, rec_batch=settings.rec_batch,
+                   min_confidence=settings.min_confidence, device=settings.device)
+
+    def _sync(self) -> None:
+        torch = _torch()
+        if str(self.device).startswith("cuda"):
+            torch.cuda.synchronize(self.device)
+
+    def recognize(self, pages: Sequence[bytes | torch.Tensor]) -> list[Any]:
+        """Encoded images (or uint8 RGB ``3xHxW`` tensors) in, one ``PageOCR`` per page out."""
+        import time
+
+        from ocrstream.processors.ocr import det as det_mod
+        from ocrstream.processors.ocr import rec as rec_mod
+        from ocrstream.processors.ocr.order import reading_order
+        from ocrstream.processors.ocr.types import Line, PageOCR
+
+        n = len(pages)
+        ms = [{"decode": 0.0, "det": 0.0, "rec": 0.0} for _ in range(n)]
+        start = time.perf_counter()
+        encoded = [i for i, p in enumerate(pages) if isinstance(p, bytes | bytearray)]
+        images: list[Any] = list(pages)
+        if encoded:
+            for i, img in zip(encoded, decode_images([bytes(pages[i]) for i in encoded],
+                                                     self.device), strict=True):
+                images[i] = img
+        self._sync()
+        for m in ms:
+            m["decode"] = (time.perf_counter() - start) * 1000 / max(1, n)
+
+        p = self.det_params
+        sizes = [(int(im.shape[1]), int(im.shape[2])) for im in images]
+        boxes: list[list[Any]] = [[] for _ in range(n)]
+        shapes = [det_mod.det_shape(h, w, p) for h, w in sizes]
+        for shape, idx in det_mod.plan_batches(shapes, self.det_batch):
+            t = time.perf_counter()
+            x = det_tensor([images[i] for i in idx], shape, p.mean, p.std)
+            maps = prob_map_to_host(self.det.run_torch(x))
+            for j, i in enumerate(idx):
+                found = det_mod.boxes_from_map(maps[j], sizes[i][0], sizes[i][1], p)
+                boxes[i] = [found[k] for k in reading_order([b.quad for b in found])]
+            share = (time.perf_counter() - t) * 1000 / len(idx)
+            for i in idx:
+                ms[i]["det"] += share
+
+        r = self.rec_params
+        crops: list[Any] = []
+        owners: list[tuple[int, int]] = []
+        t = time.perf_counter()
+        for i in range(n):
+            if boxes[i]:
+                quads = np.stack([b.quad for b in boxes[i]])
+                crops.extend(crop_lines(images[i], quads, r.height, r.max_width))
+                owners.extend((i, k) for k in range(len(boxes[i])))
+        texts: list[list[tuple[str, float]]] = [[("", 0.0)] * len(b) for b in boxes]
+        crop_share = (time.perf_counter() - t) * 1000 / max(1, len(crops))
+        widths = [rec_mod.bucket_width(int(c.shape[-1]), r) for c in crops]
+        for idx in rec_mod.plan_batches(widths, self.rec_batch, r):
+            t = time.perf_counter()
+            probs = self.rec.run_torch(rec_batch([crops[k] for k in idx], widths[idx[0]]))
+            decoded = ctc_collapse(*ctc_greedy(probs), self.charset)
+            share = (time.perf_counter() - t) * 1000 / len(idx) + crop_share
+            for j, k in enumerate(idx):
+                pi, bi = owners[k]
+                texts[pi][bi] = decoded[j]
+                ms[pi]["rec"] += share
+
+        out = []
+        for i in range(n):
+            lines = []
+            for box, (text, conf) in zip(boxes[i], texts[i], strict=True):
+                text = text.strip()
+                if text and conf >= self.min_confidence:
+                    poly = tuple((float(x), float(y)) for x, y in box.quad.tolist())
+                    lines.append(Line(text=text, confidence=conf, polygon=poly))  # type: ignore[arg-type]
+            ms[i]["total"] = ms[i]["decode"] + ms[i]["det"] + ms[i]["rec"]
+            out.append(PageOCR(width=sizes[i][1], height=sizes[i][0], lines=tuple(lines),
+                               status="ok" if lines else "empty",
+                               timings_ms={k: round(v, 2) for k, v in ms[i].items()}))
+        return out
