@@ -138,6 +138,8 @@ class Service(ABC):
             return None
         self.pid_file.unlink(missing_ok=True)
         self.check_ports_free()
+        for folder in (self.home / "logs", self.state_dir):
+            folder.mkdir(parents=True, exist_ok=True)
         self.configure()
         spec = self.launch()
         proc = process.spawn(spec.argv, self.log_file, cwd=spec.cwd or self.home, env=spec.env)
