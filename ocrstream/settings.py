@@ -171,6 +171,7 @@ class OcrSettings(BaseSettings):
     fix_orientation: bool = False
     deskew: bool = False
     max_page_pixels: int = 80_000_000
+    min_confidence: float = 0.5
     engine_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "ocrstream")
 
 
@@ -219,7 +220,8 @@ class SplitterSettings(BaseSettings):
     app_id: str = "ocrstream-splitter"
     dpi: int = 200
     claim_check_bytes: int = 512 * 1024
-    text_layer: bool = True
+    text_layer: bool = False  # answer from usable text layers even when the scan does not ask
+    changelog_replication: int = 1
     store_backoff_s: float = 0.5
     store_backoff_max_s: float = 10.0
     metrics_port: int = 9101
@@ -239,6 +241,7 @@ class AssemblerSettings(BaseSettings):
     store_backoff_max_s: float = 10.0
     metrics_port: int = 9102
     web_port: int = 6067
+    changelog_replication: int = 1
 
 
 class LagSettings(BaseSettings):

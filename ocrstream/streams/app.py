@@ -1,0 +1,156 @@
+"""The faust-streaming app factory shared by the splitter and the assembler.
+
+Checked against Kafka 4.1 (KRaft): faust-streaming 0.15.3 on aiokafka 0.14 consumes,
+produces, commits and writes and restores table changelogs; aiokafka's ``api_version="auto"``
+negotiates versions Kafka 4 still serves. Two things matter:
+
+- Records are Avro, decoded by our codec *inside* the agent, so every topic uses the ``raw``
+  serializer (:func:`raw_topic`): with faust's default (json) a bad value raises in faust's
+  own decoding, the agent crashes, restarts and crashes again on the same record. Tables keep
+  faust's json serializer for their changelogs.
+- A member killed without leaving the group keeps its partitions until its session times out,
+  so the session timeout is short (``session_timeout_s``).
+
+Only internal topics (table changelogs, the leader topic) are created by faust; the pipeline's
+topics come from :func:`ocrstream.streams.topics.ensure_topics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import tempfile
+from collections import deque
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.types import TopicT
+
+from ocrstream.errors import RetriableError
+from ocrstream.settings import KafkaSettings, LimitsSettings
+
+log = logging.getLogger(__name__)
+
+
+def credentials(kafka: KafkaSettings) -> Any:
+    """faust broker credentials for the SASL/TLS options of ``kafka`` (None for PLAINTEXT)."""
+    protocol = kafka.security_protocol.upper()
+    if protocol == "PLAINTEXT":
+        return None
+    context: ssl.SSLContext | None = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=kafka.ssl_ca_location)
+        if kafka.ssl_certificate_location:
+            password = kafka.ssl_key_password.get_secret_value() if kafka.ssl_key_password else None
+            context.load_cert_chain(
+                kafka.ssl_certificate_location, kafka.ssl_key_location, password
+            )
+        if not kafka.ssl_endpoint_identification:
+            context.check_hostname = False
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    password = kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+    return faust.SASLCredentials(
+        username=kafka.sasl_username,
+        password=password,
+        mechanism=kafka.sasl_mechanism or "PLAIN",
+        ssl_context=context,
+    )
+
+
+def topic_partitions(kafka: KafkaSettings, logical_name: str, timeout_s: float = 30.0) -> int:
+    """How many partitions a topic has (tables must match their source topic)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    name = kafka.topic(logical_name)
+    try:
+        md = AdminClient(kafka.librdkafka(log_level=3)).list_topics(name, timeout=timeout_s)
+    except KafkaException as e:
+        raise RetriableError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
+    topic = md.topics.get(name)
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise RetriableError(f"topic {name} does not exist (run `ocrstream topics create`)")
+    return len(topic.partitions)
+
+
+def make_app(
+    app_id: str,
+    kafka: KafkaSettings,
+    *,
+    partitions: int,
+    limits: LimitsSettings | None = None,
+    replication_factor: int = 1,
+    session_timeout_s: float = 15.0,
+    stream_buffer: int = 16,
+) -> faust.App:
+    """A faust app for one agent: at-least-once, in-memory tables restored from changelogs."""
+    limits = limits or LimitsSettings()
+    datadir = Path(tempfile.gettempdir()) / "ocrstream-faust" / kafka.topic(app_id)
+    return faust.App(
+        kafka.topic(app_id),
+        broker=kafka.aiokafka()["broker"],
+        broker_credentials=credentials(kafka),
+        broker_client_id=kafka.client_id,
+        store="memory://",
+        processing_guarantee="at_least_once",
+        topic_partitions=partitions,
+        topic_replication_factor=replication_factor,
+        topic_allow_declare=True,  # only internal topics: changelogs, the leader topic
+        broker_session_timeout=session_timeout_s,
+        broker_heartbeat_interval=min(3.0, session_timeout_s / 3),
+        broker_commit_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        producer_max_request_size=limits.max_message_bytes + 256 * 1024,
+        consumer_max_fetch_size=limits.max_message_bytes + 256 * 1024,
+        stream_buffer_maxsize=stream_buffer,
+        web_enabled=False,
+        datadir=str(datadir),
+    )
+
+
+def raw_topic(app: faust.App, name: str, partitions: int | None = None) -> TopicT:
+    """A topic of Avro bytes: faust neither decodes nor encodes the values."""
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
+class DeliveryWindow:
+    """Send without waiting for each acknowledgement, but with at most ``size`` outstanding:
+    memory stays bounded and :meth:`drain` waits until everything sent was delivered."""
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._pending: deque[Awaitable[Any]] = deque()
+
+    async def send(self, topic: TopicT, key: bytes | None, value: bytes) -> None:
+        fut = await topic.send(key=key, value=value)
+        self._pending.append(fut)
+        while len(self._pending) > self.size:
+            await self._pending.popleft()
+
+    async def drain(self) -> None:
+        while self._pending:
+            await self._pending.popleft()
+
+    def discard(self) -> None:
+        """Forget pending sends (after an error; the message will be redone)."""
+        for fut in self._pending:
+            if isinstance(fut, asyncio.Future) and not fut.done():
+                fut.add_done_callback(_ignore_result)
+        self._pending.clear()
+
+
+def _ignore_result(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,458 @@
+"""The splitter: a faust agent on ``ocr.scans.v1`` that turns each scan into page tasks.
+
+For every ScanSubmitted it fetches the source (inline bytes, or the object into a temporary
+file), checks the limits, and splits it with :mod:`ocrstream.processors.split` on a single
+worker thread (CPU-heavy, and MuPDF is not thread-safe), streaming one page at a time:
+
+- a page becomes a PageTask on ``ocr.pages.v1`` keyed ``doc_id/page_no`` (so the pages of one
+  document spread over the OCR workers); an image over ``claim_check_bytes`` goes to the store
+  (``pages/{doc_id}/{page_no:05d}.{ext}``) and travels by URI; a page with a usable text layer
+  (when asked for) carries its lines and needs no OCR;
+- a page that can't be produced becomes a failed PageResult straight to the assembler;
+- a document that can't be read ends at once with a failed DocumentEvent and its reason code.
+
+The searchable PDF is built by the assembler from the *source* (the original page images,
+untouched), so an inline source that asks for a PDF is uploaded to ``scans/{doc_id}/…``: one
+object per document instead of one per page.
+
+Duplicates: the ``splitter-documents`` table (changelog-backed, co-partitioned with the scans
+by doc_id) remembers every doc_id split or failed; a second ScanSubmitted for it is skipped. A
+crash mid-document re-splits it on replay; the assembler de-duplicates the page results by
+(doc_id, page_no) and remembers the terminal event, so no second one is emitted.
+
+At-least-once: faust acks a scan only when the handler returns, which is after every page
+and event of it was delivered. No exception leaves the agent loop: a record that can't be
+decoded goes to ``ocr.dlq.v1``; an unexpected error fails the document and dead-letters the
+record; a store outage is retried with backoff, holding the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import faust
+
+from ocrstream.errors import PoisonError, ReasonCode, RetriableError
+from ocrstream.logs import log_context
+from ocrstream.processors.ocr.types import Line as OcrLine
+from ocrstream.processors.split import iter_pages, sniff
+from ocrstream.processors.split_types import SplitPage
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import (
+    DocumentEvent,
+    DocumentStatus,
+    ErrorInfo,
+    Line,
+    PageImage,
+    PageResult,
+    PageStatus,
+    PageTask,
+    Point,
+    ScanSubmitted,
+    utc_now,
+)
+from ocrstream.settings import KafkaSettings, LimitsSettings, SplitterSettings
+from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
+from ocrstream.streams import topics
+from ocrstream.streams.app import DeliveryWindow, make_app, raw_topic, topic_partitions
+from ocrstream.streams.dlq import dead_letter
+from ocrstream.streams.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+STAGE = "splitter"
+TEXT_LAYER_ATTRIBUTE = "text_layer"
+_EXT = {
+    "application/pdf": "pdf",
+    "image/jpeg": "jpg",
+    "image/png": "png",
+    "image/tiff": "tif",
+    "image/bmp": "bmp",
+    "image/webp": "webp",
+    "image/gif": "gif",
+    "image/jp2": "jp2",
+}
+T = TypeVar("T")
+
+
+class DocumentFailed(Exception):
+    """The document ends here, failed, with a reason code."""
+
+    def __init__(self, code: str, message: str, page_count: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.page_count = page_count
+
+
+def wants_text_layer(scan: ScanSubmitted, default: bool) -> bool:
+    value = scan.attributes.get(TEXT_LAYER_ATTRIBUTE, "")
+    return default or value.lower() in ("1", "true", "yes", "on")
+
+
+def page_task(
+    scan: ScanSubmitted,
+    page: SplitPage,
+    image: PageImage,
+    source_uri: str | None,
+    content_type: str,
+) -> PageTask:
+    """The PageTask of one split page."""
+    options = {"languages": ",".join(scan.languages)} if scan.languages else {}
+    return PageTask(
+        doc_id=scan.doc_id,
+        page_no=page.page_no,
+        page_count=page.page_count,
+        image=image,
+        width=page.width,
+        height=page.height,
+        dpi=page.dpi,
+        source_sha256=scan.sha256,
+        source_uri=source_uri,
+        content_type=content_type,
+        options=options,
+        outputs=scan.outputs,
+        submitted_at=scan.submitted_at,
+        text_layer=_lines(page.text_lines) if page.text_lines is not None else None,
+        trace_id=scan.trace_id,
+    )
+
+
+def failed_page(
+    scan: ScanSubmitted, page: SplitPage, source_uri: str | None, content_type: str
+) -> PageResult:
+    return PageResult(
+        doc_id=scan.doc_id,
+        page_no=page.page_no,
+        page_count=page.page_count,
+        status=PageStatus.FAILED,
+        error=ErrorInfo(page.error_code or "page_error", page.error_message or ""),
+        worker_id=STAGE,
+        source_sha256=scan.sha256,
+        source_uri=source_uri,
+        content_type=content_type,
+        outputs=scan.outputs,
+        submitted_at=scan.submitted_at,
+        completed_at=utc_now(),
+        trace_id=scan.trace_id,
+    )
+
+
+def failed_document(
+    scan: ScanSubmitted, code: str, message: str, page_count: int = 0
+) -> DocumentEvent:
+    return DocumentEvent(
+        doc_id=scan.doc_id,
+        status=DocumentStatus.FAILED,
+        page_count=page_count,
+        pages_ok=0,
+        pages_failed=0,
+        error=ErrorInfo(code, message[:2000]),
+        submitted_at=scan.submitted_at,
+        completed_at=utc_now(),
+        source_sha256=scan.sha256,
+        attributes=scan.attributes,
+        trace_id=scan.trace_id,
+    )
+
+
+def _lines(lines: tuple[OcrLine, ...]) -> tuple[Line, ...]:
+    return tuple(
+        Line(ln.text, float(ln.confidence), tuple(Point(float(x), float(y)) for x, y in ln.polygon))
+        for ln in lines
+    )
+
+
+class Splitter:
+    """The handler behind the agent; one per process."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        *,
+        kafka: KafkaSettings,
+        store: ObjectStore,
+        settings: SplitterSettings,
+        limits: LimitsSettings,
+        codec: Codec,
+        metrics: Metrics,
+        partitions: int,
+    ) -> None:
+        self.app, self.store, self.settings, self.limits = app, store, settings, limits
+        self.codec, self.metrics = codec, metrics
+        self.scans = raw_topic(app, kafka.topic(topics.SCANS))
+        self.pages = raw_topic(app, kafka.topic(topics.PAGES))
+        self.results = raw_topic(app, kafka.topic(topics.PAGE_RESULTS))
+        self.documents = raw_topic(app, kafka.topic(topics.DOCUMENTS))
+        self.dlq = raw_topic(app, kafka.topic(topics.DLQ))
+        self.done = app.Table("splitter-documents", default=None, partitions=partitions)
+        self._pool = ThreadPoolExecutor(1, "split")  # MuPDF: one document at a time
+        self._io = ThreadPoolExecutor(4, "split-io")
+
+    # --- the agent loop ---------------------------------------------------------------------
+
+    async def handle(self, event: Any) -> None:
+        """Handle one scan record; never raises (except cancellation at shutdown)."""
+        msg = event.message
+        with log_context(tp=f"{msg.topic}[{msg.partition}]@{msg.offset}"):
+            try:
+                scan = self.codec.decode_as(event.value, ScanSubmitted)
+            except PoisonError as e:
+                log.warning("undecodable scan record goes to the DLQ: %s", e)
+                await self._dead_letter(msg, e)
+                return
+            with log_context(doc_id=scan.doc_id, trace_id=scan.trace_id):
+                try:
+                    await self._scan(scan)
+                except Exception as e:
+                    log.exception("splitting failed unexpectedly")
+                    await self._fail(scan, DocumentFailed("internal_error", repr(e)))
+                    await self._dead_letter(msg, e)
+
+    async def _scan(self, scan: ScanSubmitted) -> None:
+        previous = self.done.get(scan.doc_id)
+        if previous is not None:
+            log.info(
+                "duplicate ScanSubmitted for %s (already %s): skipped",
+                scan.doc_id,
+                previous.get("status"),
+            )
+            self.metrics.pages.labels(STAGE, "duplicate_document").inc(0)
+            return
+        started = time.perf_counter()
+        try:
+            pages = await self._split(scan)
+        except DocumentFailed as e:
+            await self._fail(scan, e)
+            return
+        self.done[scan.doc_id] = {"status": "split", "pages": pages, "sha256": scan.sha256}
+        self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - started)
+        log.info(
+            "split %s into %d pages in %.2fs", scan.doc_id, pages, time.perf_counter() - started
+        )
+
+    # --- one document -------------------------------------------------------------------------
+
+    async def _split(self, scan: ScanSubmitted) -> int:
+        try:
+            validate_doc_id(scan.doc_id)
+        except Exception as e:
+            raise DocumentFailed("invalid_doc_id", str(e)) from e
+        if scan.size_bytes > self.limits.max_file_bytes:
+            raise DocumentFailed(
+                ReasonCode.FILE_TOO_LARGE,
+                f"declared size {scan.size_bytes} is over the limit {self.limits.max_file_bytes}",
+            )
+        with tempfile.TemporaryDirectory(prefix="ocrstream-split-") as tmp:
+            source, head = await self._fetch(scan, Path(tmp))
+            content_type = sniff(head) or scan.content_type
+            source_uri = await self._source_uri(scan, source, content_type)
+            return await self._pages(scan, source, content_type, source_uri)
+
+    async def _fetch(self, scan: ScanSubmitted, tmp: Path) -> tuple[bytes | Path, bytes]:
+        """The source as bytes (inline) or a file path; checks its SHA-256 when declared."""
+        if scan.source.data is not None:
+            data = scan.source.data
+            if len(data) > self.limits.max_file_bytes:
+                raise DocumentFailed(ReasonCode.FILE_TOO_LARGE, f"{len(data)} bytes inline")
+            sha = hashlib.sha256(data).hexdigest()
+            source: bytes | Path = data
+            head = data[:1024]
+        elif scan.source.uri:
+            try:
+                bucket, key = parse_s3_uri(scan.source.uri)
+            except Exception as e:
+                raise DocumentFailed("invalid_source_uri", str(e)) from e
+            path = tmp / "source"
+            download = await self._store(
+                self.store.get_to_file,
+                key,
+                path,
+                max_bytes=self.limits.max_file_bytes,
+                bucket=bucket,
+            )
+            sha, source = download.sha256, download.path
+            with open(download.path, "rb") as f:
+                head = f.read(1024)
+        else:
+            raise DocumentFailed("source_missing", "the scan has neither a URI nor inline bytes")
+        if scan.sha256 and sha != scan.sha256.lower():
+            raise DocumentFailed("checksum_mismatch", f"source SHA-256 is {sha}, not {scan.sha256}")
+        return source, head
+
+    async def _source_uri(
+        self, scan: ScanSubmitted, source: bytes | Path, content_type: str
+    ) -> str | None:
+        """Where the assembler finds the original pages for the searchable PDF."""
+        if scan.source.uri:
+            return scan.source.uri
+        if "pdf" not in scan.outputs or not isinstance(source, bytes):
+            return None
+        ext = _EXT.get(content_type, "bin")
+        key = self.store.keys.source(scan.doc_id, ext)
+        info = await self._store(self.store.put_bytes, key, source, content_type=content_type)
+        return info.uri
+
+    async def _pages(
+        self, scan: ScanSubmitted, source: bytes | Path, content_type: str, source_uri: str | None
+    ) -> int:
+        pages = iter_pages(
+            source if isinstance(source, bytes) else str(source),
+            scan.content_type,
+            self.limits,
+            dpi=self.settings.dpi,
+            use_text_layer=wants_text_layer(scan, self.settings.text_layer),
+        )
+        window = DeliveryWindow(size=16)
+        count = 0
+        try:
+            page = await self._next(pages)  # document-level checks raise here
+            while page is not None:
+                await self._emit(scan, page, window, content_type, source_uri)
+                count = page.page_count
+                page = await self._next(pages)
+            await window.drain()
+        except BaseException:
+            window.discard()
+            close = getattr(pages, "close", None)  # the generator closes the document
+            if close is not None:
+                await asyncio.get_running_loop().run_in_executor(self._pool, close)
+            raise
+        if count == 0:
+            raise DocumentFailed(ReasonCode.ZERO_PAGES, "the document has no pages")
+        return count
+
+    async def _next(self, pages: Iterator[SplitPage]) -> SplitPage | None:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, next, pages, None)
+        except PoisonError as e:
+            raise DocumentFailed(str(e.code), str(e)) from e
+
+    async def _emit(
+        self,
+        scan: ScanSubmitted,
+        page: SplitPage,
+        window: DeliveryWindow,
+        content_type: str,
+        source_uri: str | None,
+    ) -> None:
+        doc_id = scan.doc_id
+        if not page.ok:
+            result = failed_page(scan, page, source_uri, content_type)
+            await window.send(
+                self.results,
+                doc_id.encode(),
+                self.codec.encode(result, self.results.get_topic_name()),
+            )
+            self.metrics.pages.labels(STAGE, "failed").inc()
+            return
+        if len(page.data) > self.settings.claim_check_bytes:
+            key = self.store.keys.page(doc_id, page.page_no, page.encoding or "bin")
+            info = await self._store(
+                self.store.put_bytes, key, page.data, content_type=f"image/{page.encoding}"
+            )
+            image = PageImage(page.encoding, uri=info.uri)
+        else:
+            image = PageImage(page.encoding, data=page.data)
+        task = page_task(scan, page, image, source_uri, content_type)
+        key_bytes = f"{doc_id}/{page.page_no}".encode()
+        await window.send(
+            self.pages, key_bytes, self.codec.encode(task, self.pages.get_topic_name())
+        )
+        status = "text_layer" if task.text_layer is not None else "ok"
+        self.metrics.pages.labels(STAGE, status).inc()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A blocking store call in a thread, retried with backoff while the store is down."""
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                return await loop.run_in_executor(self._io, lambda: fn(*args, **kwargs))
+            except RetriableError as e:
+                attempt += 1
+                delay = min(
+                    self.settings.store_backoff_max_s,
+                    self.settings.store_backoff_s * 2 ** (attempt - 1),
+                )
+                self.metrics.retries.labels(STAGE, e.code).inc()
+                log.warning("store unavailable (%s); retry %d in %.1fs", e, attempt, delay)
+                await asyncio.sleep(delay)
+            except PoisonError as e:
+                code = "source_missing" if e.code == "object_not_found" else str(e.code)
+                raise DocumentFailed(code, str(e)) from e
+
+    async def _fail(self, scan: ScanSubmitted, failure: DocumentFailed) -> None:
+        event = failed_document(scan, failure.code, str(failure), failure.page_count)
+        fut = await self.documents.send(
+            key=scan.doc_id.encode(),
+            value=self.codec.encode(event, self.documents.get_topic_name()),
+        )
+        await fut
+        self.done[scan.doc_id] = {"status": "failed", "code": failure.code}
+        self.metrics.documents.labels("failed").inc()
+        latency = (event.completed_at - scan.submitted_at).total_seconds()
+        self.metrics.document_latency.observe(max(0.0, latency))
+        log.warning("document %s failed: %s: %s", scan.doc_id, failure.code, failure)
+
+    async def _dead_letter(self, msg: Any, exc: BaseException) -> None:
+        letter = dead_letter(
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key,
+            value=msg.value,
+            headers=msg.headers,
+            stage=STAGE,
+            exc=exc,
+            timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None,
+        )
+        value = self.codec.encode(letter, self.dlq.get_topic_name())
+        fut = await self.dlq.send(key=msg.key, value=value)
+        await fut
+        self.metrics.dlq.labels(STAGE, letter.error_code).inc()
+
+
+def build_splitter(
+    kafka: KafkaSettings,
+    store: ObjectStore,
+    settings: SplitterSettings,
+    limits: LimitsSettings,
+    metrics: Metrics,
+    codec: Codec | None = None,
+) -> faust.App:
+    """The splitter's faust app, its agent registered; run it with :func:`run_app`."""
+    partitions = topic_partitions(kafka, topics.SCANS)
+    app = make_app(
+        settings.app_id,
+        kafka,
+        partitions=partitions,
+        limits=limits,
+        replication_factor=settings.changelog_replication,
+    )
+    splitter = Splitter(
+        app,
+        kafka=kafka,
+        store=store,
+        settings=settings,
+        limits=limits,
+        codec=codec or Codec(kafka),
+        metrics=metrics,
+        partitions=partitions,
+    )
+
+    async def split(stream: Any) -> None:
+        async for event in stream.events():
+            await splitter.handle(event)
+
+    app.agent(splitter.scans, name="ocrstream.splitter")(split)
+    return app
