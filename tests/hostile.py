@@ -209,7 +209,7 @@ def huge_page_pdf() -> bytes:
 # -- odd images ----------------------------------------------------------------------------------
 
 
-def _scan_gray(seed: int = 11, dpi: int = 100) -> np.ndarray:  # type: ignore[type-arg]
+def _scan_gray(seed: int = 11, dpi: int = 100) -> samples.Gray:
     return samples.render_lines(samples.sample_lines(5, seed), dpi=dpi, seed=seed)
 
 

@@ -103,11 +103,12 @@ def render_lines(
     if skew:
         h, w = gray.shape
         matrix = cv2.getRotationMatrix2D((w / 2, h / 2), skew, 1.0)
-        gray = cv2.warpAffine(gray, matrix, (w, h), borderValue=255, flags=cv2.INTER_LINEAR)
+        warped = cv2.warpAffine(gray, matrix, (w, h), borderValue=255, flags=cv2.INTER_LINEAR)
+        gray = np.asarray(warped, dtype=np.uint8)
     if noise:
         rng = np.random.default_rng(seed)
-        speckled = gray.astype(np.int16) + rng.normal(0, noise, gray.shape).astype(np.int16)
-        gray = np.clip(speckled, 0, 255).astype(np.uint8)
+        speckle = rng.normal(0, noise, gray.shape).astype(np.int16)
+        gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
     return gray
 
 
