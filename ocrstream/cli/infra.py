@@ -40,8 +40,10 @@ def up_cmd(names: tuple[str, ...]) -> None:
 
     def report(result: UpResult) -> None:
         verb = "started" if result.started else "already up"
-        click.echo(f"{result.name:<11} {verb:<11} pid {result.pid}  {result.address}  "
-                   f"({result.seconds:.1f}s)")
+        click.echo(
+            f"{result.name:<11} {verb:<11} pid {result.pid}  {result.address}  "
+            f"({result.seconds:.1f}s)"
+        )
 
     try:
         up(build_services(settings, S3Settings(), names), report=report)
@@ -52,8 +54,12 @@ def up_cmd(names: tuple[str, ...]) -> None:
 
 @infra.command("down")
 @_SERVICE_ARG
-@click.option("--timeout", default=30.0, show_default=True,
-              help="Seconds to wait after SIGTERM before SIGKILL.")
+@click.option(
+    "--timeout",
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait after SIGTERM before SIGKILL.",
+)
 @click.option("--wipe", is_flag=True, help="Also delete the services' data (the home folder).")
 def down_cmd(names: tuple[str, ...], timeout: float, wipe: bool) -> None:
     """Stop the services we started (all by default)."""
@@ -83,8 +89,9 @@ def _format(st: Status) -> str:
 
 @infra.command("status")
 @_SERVICE_ARG
-@click.option("--quiet", "-q", is_flag=True,
-              help="Print nothing; exit 0 only if every service answers.")
+@click.option(
+    "--quiet", "-q", is_flag=True, help="Print nothing; exit 0 only if every service answers."
+)
 def status_cmd(names: tuple[str, ...], quiet: bool) -> None:
     """Each service's state, PID and address. Exit 1 when any is not up."""
     settings = ServicesSettings()

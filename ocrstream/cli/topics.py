@@ -15,23 +15,43 @@ def topics() -> None:
 
 
 @topics.command("create")
-@click.option("--partitions-scale", type=click.FloatRange(min=0.0, min_open=True), default=1.0,
-              show_default=True, envvar="OCRSTREAM_TOPICS_PARTITIONS_SCALE",
-              help="Multiply the design's partition counts (e.g. 0.25 on a laptop); "
-                   "rounded up, at least 1.")
-@click.option("--partitions", "partitions", type=click.IntRange(min=1), default=None,
-              help="One partition count for every topic (overrides --partitions-scale).")
-@click.option("--replication-factor", type=int, default=1, show_default=True,
-              envvar="OCRSTREAM_TOPICS_REPLICATION_FACTOR",
-              help="Replicas per partition; -1 lets the broker choose.")
+@click.option(
+    "--partitions-scale",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=1.0,
+    show_default=True,
+    envvar="OCRSTREAM_TOPICS_PARTITIONS_SCALE",
+    help="Multiply the design's partition counts (e.g. 0.25 on a laptop); rounded up, at least 1.",
+)
+@click.option(
+    "--partitions",
+    "partitions",
+    type=click.IntRange(min=1),
+    default=None,
+    help="One partition count for every topic (overrides --partitions-scale).",
+)
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=1,
+    show_default=True,
+    envvar="OCRSTREAM_TOPICS_REPLICATION_FACTOR",
+    help="Replicas per partition; -1 lets the broker choose.",
+)
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds per admin request.")
-def create(partitions_scale: float, partitions: int | None, replication_factor: int,
-           timeout: float) -> None:
+def create(
+    partitions_scale: float, partitions: int | None, replication_factor: int, timeout: float
+) -> None:
     """Create missing topics; report existing ones whose settings differ (never alters them)."""
     kafka = KafkaSettings()
     try:
-        report = ensure_topics(kafka, partitions, replication_factor,
-                               partitions_scale=partitions_scale, timeout_s=timeout)
+        report = ensure_topics(
+            kafka,
+            partitions,
+            replication_factor,
+            partitions_scale=partitions_scale,
+            timeout_s=timeout,
+        )
     except OcrstreamError as e:
         raise click.ClickException(str(e)) from e
     for name in report.created:
@@ -40,8 +60,10 @@ def create(partitions_scale: float, partitions: int | None, replication_factor: 
         click.echo(f"exists   {name}")
     for diff in report.differing:
         click.echo(f"differs  {diff}")
-    click.echo(f"{len(report.created)} created, {len(report.existing)} as specified, "
-               f"{len(report.differing_topics)} differing")
+    click.echo(
+        f"{len(report.created)} created, {len(report.existing)} as specified, "
+        f"{len(report.differing_topics)} differing"
+    )
 
 
 @topics.command("list")
@@ -58,5 +80,7 @@ def list_cmd(timeout: float) -> None:
         retention = info.configs.get("retention.ms", "-")
         if retention.lstrip("-").isdigit() and int(retention) > 0:
             retention = f"{int(retention) / 86_400_000:g}d"
-        click.echo(f"{info.name:<40} {info.partitions:>5}  "
-                   f"{info.configs.get('cleanup.policy', '-'):<15} {retention}")
+        click.echo(
+            f"{info.name:<40} {info.partitions:>5}  "
+            f"{info.configs.get('cleanup.policy', '-'):<15} {retention}"
+        )

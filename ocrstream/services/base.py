@@ -184,8 +184,9 @@ class Service(ABC):
             busy = [p for p in self.ports if process.port_open(LOOPBACK, p)]
             if busy:
                 holder = process.describe_pid(process.port_listener(busy[0]))
-                return Status(self.name, State.FOREIGN, None, self.address,
-                              f"port {busy[0]} held by {holder}")
+                return Status(
+                    self.name, State.FOREIGN, None, self.address, f"port {busy[0]} held by {holder}"
+                )
             return Status(self.name, State.STOPPED, None, self.address)
         reason = self.probe(timeout_s)
         if reason is None:

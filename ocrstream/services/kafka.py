@@ -111,8 +111,10 @@ class KafkaService(Service):
     def _java(self) -> str:
         java = shutil.which("java")
         if java is None:
-            raise ServiceError("java not found: Kafka 4 needs a Java 17+ runtime "
-                               "(apt-get install openjdk-17-jre-headless)")
+            raise ServiceError(
+                "java not found: Kafka 4 needs a Java 17+ runtime "
+                "(apt-get install openjdk-17-jre-headless)"
+            )
         return java
 
     def prepare(self) -> None:
@@ -121,8 +123,9 @@ class KafkaService(Service):
             return
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise ServiceError("mvn not found: the Kafka jars come from Maven Central "
-                               "(apt-get install maven)")
+            raise ServiceError(
+                "mvn not found: the Kafka jars come from Maven Central (apt-get install maven)"
+            )
         pom = repo_infra_dir() / "kafka" / "pom.xml"
         if not pom.exists():
             raise ServiceError(f"{pom} is missing: run `ocrstream infra up` from a source checkout")
@@ -133,17 +136,25 @@ class KafkaService(Service):
         build_log.parent.mkdir(parents=True, exist_ok=True)
         log.info("kafka: fetching Kafka %s jars with Maven (once)", self.settings.kafka_version)
         argv = [
-            mvn, "-B", "-q", "--no-transfer-progress", "-Dstyle.color=never",
-            "-f", str(pom), "dependency:copy-dependencies",
+            mvn,
+            "-B",
+            "-q",
+            "--no-transfer-progress",
+            "-Dstyle.color=never",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
             f"-Dkafka.version={self.settings.kafka_version}",
             f"-Dlibs.dir={staging}",
         ]
         with open(build_log, "ab") as out:
-            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False,
-                                    cwd=pom.parent)
+            result = subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, check=False, cwd=pom.parent
+            )
         if result.returncode != 0:
-            raise ServiceError(f"maven failed ({result.returncode}); see {build_log}:\n"
-                               f"{process.tail(build_log)}")
+            raise ServiceError(
+                f"maven failed ({result.returncode}); see {build_log}:\n{process.tail(build_log)}"
+            )
         (staging / _READY_MARKER).write_text(self.settings.kafka_version + "\n")
         shutil.rmtree(self.libs_dir, ignore_errors=True)
         staging.replace(self.libs_dir)
@@ -152,13 +163,18 @@ class KafkaService(Service):
         log4j2 = repo_infra_dir() / "kafka" / "log4j2.xml"
         return [
             self._java(),
-            f"-Xms{heap}", f"-Xmx{heap}",
-            "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExplicitGCInvokesConcurrent",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j2}",
             f"-Dkafka.logs.dir={self.home / 'logs'}",
-            "-cp", str(self.libs_dir / "*"),
+            "-cp",
+            str(self.libs_dir / "*"),
         ]
 
     def configure(self) -> None:
@@ -171,15 +187,23 @@ class KafkaService(Service):
         cluster_id = self.cluster_id_file.read_text().strip()
         fmt_log = self.home / "logs" / "kafka-storage.log"
         argv = [
-            *self._jvm("256m"), "kafka.tools.StorageTool", "format", "--standalone",
-            "--ignore-formatted", "-t", cluster_id, "-c", str(self.properties_file),
+            *self._jvm("256m"),
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            "--ignore-formatted",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.properties_file),
         ]
         log.info("kafka: formatting storage %s (cluster %s)", self.data_dir, cluster_id)
         with open(fmt_log, "ab") as out:
             result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
         if result.returncode != 0:
-            raise ServiceError(f"kafka storage format failed; see {fmt_log}:\n"
-                               f"{process.tail(fmt_log)}")
+            raise ServiceError(
+                f"kafka storage format failed; see {fmt_log}:\n{process.tail(fmt_log)}"
+            )
 
     def launch(self) -> Launch:
         argv = [*self._jvm(self.settings.kafka_heap), "kafka.Kafka", str(self.properties_file)]
@@ -191,11 +215,13 @@ class KafkaService(Service):
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({
-            "bootstrap.servers": self.address,
-            "log_level": 0,
-            "socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)),
-        })
+        admin = AdminClient(
+            {
+                "bootstrap.servers": self.address,
+                "log_level": 0,
+                "socket.connection.setup.timeout.ms": max(1000, int(timeout_s * 1000)),
+            }
+        )
         try:
             admin.list_topics(timeout=timeout_s)
             cluster = admin.describe_cluster(request_timeout=timeout_s).result(timeout=timeout_s)

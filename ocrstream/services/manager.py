@@ -41,13 +41,16 @@ def build_services(
     wanted = list(names) if names else list(SERVICE_NAMES)
     unknown = [n for n in wanted if n not in every]
     if unknown:
-        raise ServiceError(f"unknown service {', '.join(unknown)}; "
-                           f"choose from {', '.join(SERVICE_NAMES)}")
+        raise ServiceError(
+            f"unknown service {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}"
+        )
     return [every[n]() for n in SERVICE_NAMES if n in wanted]
 
 
-def up(services: Sequence[Service], report: Callable[[UpResult], None] | None = None,
-       ) -> list[UpResult]:
+def up(
+    services: Sequence[Service],
+    report: Callable[[UpResult], None] | None = None,
+) -> list[UpResult]:
     """Prepare and start every service, then wait until each really answers. Idempotent."""
     if not services:
         return []
@@ -68,8 +71,13 @@ def up(services: Sequence[Service], report: Callable[[UpResult], None] | None = 
         results = []
         for service, proc, _ in started:
             service.wait_ready(proc, deadline)
-            result = UpResult(service.name, proc is not None, service.own_pid(), service.address,
-                              time.monotonic() - t0)
+            result = UpResult(
+                service.name,
+                proc is not None,
+                service.own_pid(),
+                service.address,
+                time.monotonic() - t0,
+            )
             results.append(result)
             if report is not None:
                 report(result)

@@ -86,29 +86,36 @@ class PrometheusService(Service):
             return
         apt = shutil.which("apt-get")
         if apt is None or os.geteuid() != 0:
-            raise ServiceError("prometheus not found: install it (apt-get install prometheus) "
-                               "or put a prometheus binary on PATH")
+            raise ServiceError(
+                "prometheus not found: install it (apt-get install prometheus) "
+                "or put a prometheus binary on PATH"
+            )
         build_log = self.home / "logs" / "apt.log"
         build_log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         install = [apt, "install", "-y", "-q", "--no-install-recommends", "prometheus"]
         log.info("prometheus: installing the Debian package (once)")
         with open(build_log, "ab") as out:
+
             def run(argv: list[str]) -> int:
-                return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                      check=False).returncode
+                return subprocess.run(
+                    argv, stdout=out, stderr=subprocess.STDOUT, env=env, check=False
+                ).returncode
 
             if run(install) != 0 and (run([apt, "update", "-q"]) != 0 or run(install) != 0):
-                raise ServiceError(f"apt-get install prometheus failed; see {build_log}:\n"
-                                   f"{process.tail(build_log)}")
+                raise ServiceError(
+                    f"apt-get install prometheus failed; see {build_log}:\n"
+                    f"{process.tail(build_log)}"
+                )
 
     def _render(self) -> bool:
         """Write the rendered config; True when it changed."""
         source = self.source_dir / "prometheus.yml"
         if not source.exists():
             raise ServiceError(f"{source} is missing")
-        text = render_prometheus_config(source.read_text(), self.source_dir,
-                                        self.settings.prometheus_port)
+        text = render_prometheus_config(
+            source.read_text(), self.source_dir, self.settings.prometheus_port
+        )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.config_file.exists() and self.config_file.read_text() == text:
             return False
@@ -134,15 +141,18 @@ class PrometheusService(Service):
         binary = self._binary()
         if binary is None:
             raise ServiceError("prometheus not found")
-        return Launch(argv=[
-            binary,
-            f"--config.file={self.config_file}",
-            f"--storage.tsdb.path={self.state_dir / 'data'}",
-            "--storage.tsdb.retention.time=7d",
-            f"--web.listen-address={LOOPBACK}:{self.settings.prometheus_port}",
-            "--web.enable-lifecycle",
-            "--log.level=info",
-        ], cwd=self.state_dir)
+        return Launch(
+            argv=[
+                binary,
+                f"--config.file={self.config_file}",
+                f"--storage.tsdb.path={self.state_dir / 'data'}",
+                "--storage.tsdb.retention.time=7d",
+                f"--web.listen-address={LOOPBACK}:{self.settings.prometheus_port}",
+                "--web.enable-lifecycle",
+                "--log.level=info",
+            ],
+            cwd=self.state_dir,
+        )
 
     def probe(self, timeout_s: float) -> str | None:
         try:

@@ -24,11 +24,14 @@ VERSITYGW_MODULE = "github.com/versity/versitygw/cmd/versitygw"
 
 
 def _go() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists()
-                                else None)
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
     if go is None:
-        raise ServiceError("go not found: versitygw is built with `go install` "
-                           "(install Go 1.22+ from https://go.dev/dl/)")
+        raise ServiceError(
+            "go not found: versitygw is built with `go install` "
+            "(install Go 1.22+ from https://go.dev/dl/)"
+        )
     return go
 
 
@@ -66,15 +69,25 @@ class S3Service(Service):
         build_log.parent.mkdir(parents=True, exist_ok=True)
         target = f"{VERSITYGW_MODULE}@{self.settings.versitygw_version}"
         log.info("s3: building %s (once)", target)
-        env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0",
-               "GOFLAGS": "-buildvcs=false"}
+        env = {
+            **os.environ,
+            "GOBIN": str(staging),
+            "CGO_ENABLED": "0",
+            "GOFLAGS": "-buildvcs=false",
+        }
         with open(build_log, "ab") as out:
-            result = subprocess.run([_go(), "install", target], stdout=out,
-                                    stderr=subprocess.STDOUT, env=env, check=False)
+            result = subprocess.run(
+                [_go(), "install", target],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                check=False,
+            )
         built = staging / "versitygw"
         if result.returncode != 0 or not built.exists():
-            raise ServiceError(f"building versitygw failed; see {build_log}:\n"
-                               f"{process.tail(build_log)}")
+            raise ServiceError(
+                f"building versitygw failed; see {build_log}:\n{process.tail(build_log)}"
+            )
         built.replace(self.binary)
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -89,8 +102,10 @@ class S3Service(Service):
         }
         argv = [
             str(self.binary),
-            "--port", f"{LOOPBACK}:{self.settings.s3_port}",
-            "--region", self.s3.region,
+            "--port",
+            f"{LOOPBACK}:{self.settings.s3_port}",
+            "--region",
+            self.s3.region,
             "--quiet",
             "posix",
             str(self.data_dir),

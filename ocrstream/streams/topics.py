@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,94 @@ def _wait(futures: Mapping[Any, Any], timeout_s: float) -> dict[Any, Exception |
     return out
 
 
+def _error_code(exc: Exception) -> int | None:
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc.args else None
+    return err.code() if isinstance(err, KafkaError) else None
+
+
+def _describe(admin: Any, names: list[str], deadline: float) -> dict[str, Any]:
+    """Topic configs by name. A topic created a moment ago may be unknown to the broker that
+    answers for a few hundred milliseconds: retry those until ``deadline``."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    configs: dict[str, Any] = {}
+    pending = list(names)
+    while pending:
+        timeout_s = max(1.0, deadline - time.monotonic())
+        resources = [ConfigResource(ResourceType.TOPIC, name) for name in pending]
+        described = _wait(admin.describe_configs(resources, request_timeout=timeout_s), timeout_s)
+        pending = []
+        for resource, outcome in described.items():
+            if not isinstance(outcome, Exception):
+                configs[resource.name] = outcome
+            elif (
+                _error_code(outcome) == KafkaError.UNKNOWN_TOPIC_OR_PART
+                and time.monotonic() < deadline
+            ):
+                pending.append(resource.name)
+            else:
+                raise TopicAdminError(f"describing topic {resource.name} failed: {outcome}")
+        if pending:
+            time.sleep(0.2)
+    return configs
+
+
+def _wait_until_usable(admin: Any, names: list[str], deadline: float) -> Any:
+    """Metadata once every topic in ``names`` is known with a leader for each partition."""
+    while True:
+        metadata = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
+        waiting = [
+            name
+            for name in names
+            if name not in metadata.topics
+            or metadata.topics[name].error is not None
+            or any(p.leader < 0 for p in metadata.topics[name].partitions.values())
+        ]
+        if not waiting:
+            return metadata
+        if time.monotonic() >= deadline:
+            raise TopicAdminError(f"topics not ready in time: {', '.join(waiting)}")
+        time.sleep(0.2)
+
+
+def _create(admin: Any, new: list[Any], timeout_s: float) -> tuple[list[str], list[str]]:
+    """Create topics; returns (created, already there because someone else created them)."""
+    from confluent_kafka import KafkaError
+
+    created, raced = [], []
+    results = _wait(admin.create_topics(new, request_timeout=timeout_s), timeout_s)
+    for name, outcome in results.items():
+        if not isinstance(outcome, Exception):
+            created.append(name)
+            log.info("created topic %s", name)
+        elif _error_code(outcome) == KafkaError.TOPIC_ALREADY_EXISTS:
+            raced.append(name)
+        else:
+            raise TopicAdminError(f"creating topic {name} failed: {outcome}") from outcome
+    return created, raced
+
+
+def _differences(
+    name: str,
+    spec: TopicSpec,
+    partitions: int,
+    expected_partitions: int,
+    configs: Mapping[str, Any],
+) -> list[Difference]:
+    diffs = []
+    if partitions != expected_partitions:
+        diffs.append(Difference(name, "partitions", str(expected_partitions), str(partitions)))
+    for key, expected in spec.configs().items():
+        entry = configs.get(key)
+        actual = entry.value if entry is not None else None
+        if _normalise(key, actual) != _normalise(key, expected):
+            diffs.append(Difference(name, key, expected, str(actual)))
+    return diffs
+
+
 def ensure_topics(
     kafka: KafkaSettings,
     partitions_override: Mapping[str, int] | int | None = None,
@@ -135,12 +224,14 @@ def ensure_topics(
 ) -> TopicsReport:
     """Create every missing topic; report existing ones whose partitions or configs differ.
 
+    Returns once every topic has a leader for each partition, so callers can produce at once.
     ``replication_factor=-1`` lets the broker choose (``default.replication.factor``).
     Existing topics are never altered: a difference is reported for a person to decide.
     """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
 
+    deadline = time.monotonic() + timeout_s
     admin = _admin(kafka)
     wanted = {kafka.topic(spec.name): spec for spec in specs}
     try:
@@ -148,61 +239,36 @@ def ensure_topics(
     except KafkaException as e:
         raise RetriableError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
 
-    report = TopicsReport()
-    missing = [name for name in wanted if name not in metadata.topics]
-    present = [name for name in wanted if name in metadata.topics]
+    def partitions_for(name: str) -> int:
+        return desired_partitions(wanted[name], partitions_override, partitions_scale)
 
+    report = TopicsReport()
+    present = [name for name in wanted if name in metadata.topics]
+    missing = [name for name in wanted if name not in metadata.topics]
     if missing:
         new = [
             NewTopic(
                 name,
-                num_partitions=desired_partitions(wanted[name], partitions_override,
-                                                  partitions_scale),
+                num_partitions=partitions_for(name),
                 replication_factor=replication_factor,
                 config=wanted[name].configs(),
             )
             for name in missing
         ]
-        results = _wait(admin.create_topics(new, request_timeout=timeout_s), timeout_s)
-        for name, outcome in results.items():
-            if not isinstance(outcome, Exception):
-                report.created.append(name)
-                log.info("created topic %s", name)
-                continue
-            err = outcome.args[0] if outcome.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                present.append(name)  # created concurrently by someone else: compare it
-                continue
-            raise TopicAdminError(f"creating topic {name} failed: {outcome}") from outcome
-        if present:
-            metadata = admin.list_topics(timeout=timeout_s)
+        report.created, raced = _create(admin, new, timeout_s)
+        present += raced  # created concurrently by someone else: compare them
+        metadata = _wait_until_usable(admin, list(wanted), deadline)
 
-    if present:
-        resources = [ConfigResource(ResourceType.TOPIC, name) for name in present]
-        described = _wait(admin.describe_configs(resources, request_timeout=timeout_s),
-                          timeout_s)
-        for resource, outcome in described.items():
-            name = resource.name
-            if isinstance(outcome, Exception):
-                raise TopicAdminError(f"describing topic {name} failed: {outcome}") from outcome
-            spec = wanted[name]
-            diffs = []
-            expected_parts = desired_partitions(spec, partitions_override, partitions_scale)
-            actual_parts = len(metadata.topics[name].partitions)
-            if actual_parts != expected_parts:
-                diffs.append(Difference(name, "partitions", str(expected_parts),
-                                        str(actual_parts)))
-            for key, expected in spec.configs().items():
-                entry = outcome.get(key)
-                actual = entry.value if entry is not None else None
-                if _normalise(key, actual) != _normalise(key, expected):
-                    diffs.append(Difference(name, key, expected, str(actual)))
-            if diffs:
-                report.differing.extend(diffs)
-                for d in diffs:
-                    log.warning("topic differs: %s", d)
-            else:
-                report.existing.append(name)
+    configs = _describe(admin, present, deadline) if present else {}
+    for name in present:
+        partitions = len(metadata.topics[name].partitions)
+        diffs = _differences(name, wanted[name], partitions, partitions_for(name), configs[name])
+        if diffs:
+            report.differing.extend(diffs)
+            for d in diffs:
+                log.warning("topic differs: %s", d)
+        else:
+            report.existing.append(name)
     report.created.sort()
     report.existing.sort()
     return report
@@ -234,8 +300,7 @@ def list_topics(kafka: KafkaSettings, timeout_s: float = 30.0) -> list[TopicInfo
     except KafkaException as e:
         raise RetriableError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
     names = sorted(
-        n for n in metadata.topics
-        if n.startswith(kafka.topic_prefix) and not n.startswith("__")
+        n for n in metadata.topics if n.startswith(kafka.topic_prefix) and not n.startswith("__")
     )
     if not names:
         return []
@@ -247,13 +312,15 @@ def list_topics(kafka: KafkaSettings, timeout_s: float = 30.0) -> list[TopicInfo
         configs: dict[str, str] = {}
         if not isinstance(outcome, Exception):
             configs = {k: outcome[k].value for k in keys if k in outcome}
-        out.append(TopicInfo(resource.name, len(metadata.topics[resource.name].partitions),
-                             configs))
+        out.append(
+            TopicInfo(resource.name, len(metadata.topics[resource.name].partitions), configs)
+        )
     return sorted(out, key=lambda t: t.name)
 
 
-def delete_topics(kafka: KafkaSettings, specs: Iterable[TopicSpec] = TOPICS,
-                  timeout_s: float = 30.0) -> list[str]:
+def delete_topics(
+    kafka: KafkaSettings, specs: Iterable[TopicSpec] = TOPICS, timeout_s: float = 30.0
+) -> list[str]:
     """Delete the (prefixed) topics of ``specs`` that exist; for tests and resets."""
     from confluent_kafka import KafkaException
 
