@@ -71,6 +71,8 @@ def down_cmd(names: tuple[str, ...], timeout: float, wipe: bool) -> None:
     for name, pid in stopped:
         click.echo(f"{name:<11} {'stopped pid ' + str(pid) if pid else 'not running'}")
     if wipe:
+        if not (settings.home / "run").is_dir():
+            raise click.ClickException(f"{settings.home} does not look like an infra home")
         if names:
             for name in names:
                 shutil.rmtree(settings.home / name, ignore_errors=True)

@@ -112,8 +112,9 @@ def test_prometheus_docker_config_has_the_same_jobs() -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_rendered_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     _, path = _rendered(tmp_path)
-    result = subprocess.run(["promtool", "check", "config", str(path)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        ["promtool", "check", "config", str(path)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -129,8 +130,9 @@ def _wait_for_line(path: Path, text: str) -> None:
 
 def test_spawn_pidfile_and_terminate(tmp_path: Path) -> None:
     log_path = tmp_path / "logs" / "sleeper.log"
-    p = proc_mod.spawn([sys.executable, "-c", "print('hello', flush=True); "
-                        "import time; time.sleep(60)"], log_path)
+    p = proc_mod.spawn(
+        [sys.executable, "-c", "print('hello', flush=True); import time; time.sleep(60)"], log_path
+    )
     try:
         _wait_for_line(log_path, "hello")
         proc_mod.write_pid(tmp_path / "run" / "x.pid", p.pid)
@@ -145,8 +147,10 @@ def test_spawn_pidfile_and_terminate(tmp_path: Path) -> None:
 
 
 def test_terminate_kills_a_process_that_ignores_term(tmp_path: Path) -> None:
-    code = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     p = proc_mod.spawn([sys.executable, "-c", code], tmp_path / "stubborn.log")
     try:
         _wait_for_line(tmp_path / "stubborn.log", "ready")
@@ -184,8 +188,18 @@ class HttpService(Service):
         return f"http://127.0.0.1:{self.port}"
 
     def launch(self) -> Launch:
-        return Launch([sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
-                       "--directory", str(self.home), str(self.port)])
+        return Launch(
+            [
+                sys.executable,
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+                str(self.home),
+                str(self.port),
+            ]
+        )
 
     def probe(self, timeout_s: float) -> str | None:
         try:
@@ -197,8 +211,9 @@ class HttpService(Service):
 
 @pytest.fixture
 def http_service(tmp_path: Path) -> Iterator[HttpService]:
-    service = HttpService(ServicesSettings(home=tmp_path / "home", start_timeout_s=20),
-                          _free_port())
+    service = HttpService(
+        ServicesSettings(home=tmp_path / "home", start_timeout_s=20), _free_port()
+    )
     yield service
     service.stop(timeout_s=5)
 
@@ -269,8 +284,17 @@ def test_compose_file_is_consistent() -> None:
     root = repo_infra_dir().parent
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"kafka", "minio", "prometheus", "grafana", "topics", "splitter", "ocr-worker",
-            "assembler", "lag-exporter"} <= set(services)
+    assert {
+        "kafka",
+        "minio",
+        "prometheus",
+        "grafana",
+        "topics",
+        "splitter",
+        "ocr-worker",
+        "assembler",
+        "lag-exporter",
+    } <= set(services)
     for name, svc in services.items():
         for dep in svc.get("depends_on") or []:
             assert dep in services, f"{name} depends on unknown {dep}"
@@ -286,3 +310,27 @@ def test_compose_file_is_consistent() -> None:
     assert "/etc/prometheus/prometheus.docker.yml" in prometheus_cmd
     assert (root / "infra/prometheus/prometheus.docker.yml").exists()
     assert (root / "Dockerfile").exists()
+
+
+def test_cli_status_of_stopped_services(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ocrstream.cli import main
+
+    env = {
+        "OCRSTREAM_INFRA_HOME": str(tmp_path),
+        "OCRSTREAM_INFRA_KAFKA_PORT": str(_free_port()),
+        "OCRSTREAM_INFRA_KAFKA_CONTROLLER_PORT": str(_free_port()),
+        "OCRSTREAM_INFRA_S3_PORT": str(_free_port()),
+        "OCRSTREAM_INFRA_PROMETHEUS_PORT": str(_free_port()),
+    }
+    runner = CliRunner()
+    result = runner.invoke(main, ["infra", "status"], env=env)
+    assert result.exit_code == 1
+    states = {line.split()[0]: line.split()[1] for line in result.output.splitlines()[1:4]}
+    assert states == {"kafka": "stopped", "s3": "stopped", "prometheus": "stopped"}
+    quiet = runner.invoke(main, ["infra", "status", "--quiet"], env=env)
+    assert (quiet.exit_code, quiet.output) == (1, "")
+    down = runner.invoke(main, ["infra", "down"], env=env)
+    assert down.exit_code == 0
+    assert down.output.count("not running") == 3
