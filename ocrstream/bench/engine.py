@@ -1,0 +1,406 @@
+"""``ocrstream bench engine``: pages/s, time per stage, peak RSS and CER, against rivals.
+
+Every engine runs in fresh child processes (``spawn``) so each one's peak RSS and threads are
+its own: ``processes`` children, each with ``threads`` threads, each given every
+``processes``-th page. A child loads its engine, warms up on its first pages (not timed),
+waits at a barrier for its siblings, then runs its pages; throughput is all pages over the
+span from the barrier to the last child's end.
+
+- **ocrstream**: ``OcrEngine.recognize`` on ``batch`` encoded pages per call (decoding is a
+  timed stage of the engine). With ``device_pipeline`` (torch on CUDA) the pages go through
+  :class:`~ocrstream.processors.ocr.gpu_preprocess.DevicePipeline` instead: nvjpeg decode and
+  everything up to CTC on the GPU.
+- **rapidocr** (when importable): RapidOCR 3.10 with the SAME det/rec files, the same thread
+  count per process (onnxruntime intra-op threads, one inter-op), no classifier; its other
+  settings are its defaults (det ``limit_side_len`` 736 "min", ``max_side_len`` 2000).
+- **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l eng --psm 3 tsv``,
+  one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
+  words are grouped into lines by (block, paragraph, line).
+
+CER is computed in the parent from every engine's lines with :mod:`ocrstream.bench.cer`.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ocrstream.bench.cer import CerCounts, TextLine, page_cer
+from ocrstream.bench.datasets import Sample
+
+ENGINES = ("ocrstream", "rapidocr", "tesseract")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    backend: str = "auto"
+    model: str = "ppocrv6-small"
+    device: str = "cpu"
+    precision: str = "fp16"
+    batch: int = 8
+    threads: int = 1
+    processes: int = 1
+    warmup: int = 1
+    device_pipeline: bool = False
+    extra_settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class EngineRun:
+    """One engine's timings, memory and quality on one dataset."""
+
+    engine: str
+    setup: str
+    pages: int = 0
+    wall_s: float = 0.0
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
+    cer_raw: float | None = None
+    cer_norm: float | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pages_per_s"] = round(self.pages_per_s, 4)
+        return out
+
+
+# --------------------------------------------------------------------------- children
+
+
+def _ocrstream_runner(cfg: BenchConfig) -> Any:
+    from ocrstream.processors.ocr.engine import OcrEngine
+    from ocrstream.settings import OcrSettings
+
+    settings = OcrSettings(backend=cfg.backend, model=cfg.model, device=cfg.device,
+                           threads=cfg.threads, precision=cfg.precision, **cfg.extra_settings)
+    engine = OcrEngine(settings)
+    if cfg.device_pipeline:
+        from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
+
+        pipeline = DevicePipeline.from_engine(engine)
+
+        def run_device(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+            return [_page_lines(p) for p in pipeline.recognize(blobs)]
+
+        return run_device, cfg.batch
+
+    def run(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        return [_page_lines(p) for p in engine.recognize(blobs)]
+
+    return run, cfg.batch
+
+
+def _page_lines(page: Any) -> tuple[list[TextLine], dict[str, float]]:
+    lines = [TextLine(text=ln.text, polygon=tuple(tuple(p) for p in ln.polygon))
+             for ln in page.lines]
+    return lines, dict(page.timings_ms)
+
+
+def _rapidocr_runner(cfg: BenchConfig) -> Any:
+    from rapidocr import RapidOCR
+
+    from ocrstream.processors.ocr.models import MODEL_SETS, load_model_set, verify
+
+    models = load_model_set(cfg.model)
+    params: dict[str, Any] = {
+        "Global.use_cls": False,
+        "Global.log_level": "error",
+        "Det.model_path": str(models.det_path),
+        "Rec.model_path": str(models.rec_path),
+        "EngineConfig.onnxruntime.intra_op_num_threads": cfg.threads,
+        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+    }
+    spec = MODEL_SETS.get(cfg.model)
+    if spec is not None and spec.dict_file is not None:
+        params["Rec.rec_keys_path"] = str(verify(spec.dict_file))
+    engine = RapidOCR(params=params)
+
+    def run(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        out = []
+        for blob in blobs:
+            r: Any = engine(blob)
+            lines = []
+            if r.boxes is not None and r.txts is not None:
+                for box, text in zip(r.boxes, r.txts, strict=True):
+                    lines.append(TextLine(text=str(text),
+                                          polygon=tuple((float(x), float(y)) for x, y in box)))
+            el = [v if isinstance(v, float) else 0.0 for v in r.elapse_list] + [0.0] * 3
+            out.append((lines, {"det": el[0] * 1000, "cls": el[1] * 1000,
+                                "rec": el[2] * 1000}))
+        return out
+
+    return run, 1
+
+
+def _tesseract_runner(cfg: BenchConfig) -> Any:
+    env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+
+    def run(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        out: list[tuple[list[TextLine], dict[str, float]]] = []
+        for blob in blobs:
+            proc = subprocess.run(
+                ["tesseract", "stdin", "stdout", "-l", "eng", "--psm", "3", "tsv"],
+                input=blob, capture_output=True, env=env, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(proc.stderr.decode(errors="replace")[-500:])
+            out.append((parse_tesseract_tsv(proc.stdout.decode("utf-8", "replace")), {}))
+        return out
+
+    return run, 1
+
+
+def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
+    """Tesseract's TSV words grouped into lines by (page, block, paragraph, line)."""
+    lines: dict[tuple[str, ...], list[tuple[int, int, int, int, str]]] = {}
+    for row in tsv.splitlines()[1:]:
+        cols = row.split("\t")
+        if len(cols) < 12 or cols[0] != "5" or not cols[11].strip():
+            continue
+        key = tuple(cols[1:5])
+        left, top, width, height = (int(v) for v in cols[6:10])
+        lines.setdefault(key, []).append((left, top, width, height, cols[11].strip()))
+    out = []
+    for words in lines.values():
+        x0 = min(w[0] for w in words)
+        y0 = min(w[1] for w in words)
+        x1 = max(w[0] + w[2] for w in words)
+        y1 = max(w[1] + w[3] for w in words)
+        text = " ".join(w[4] for w in sorted(words, key=lambda w: w[0]))
+        out.append(TextLine(text=text, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1))))
+    return out
+
+
+_RUNNERS = {"ocrstream": _ocrstream_runner, "rapidocr": _rapidocr_runner,
+            "tesseract": _tesseract_runner}
+
+
+def _child(engine: str, cfg: BenchConfig, paths: list[str], warm: list[str],
+           barrier: Any, queue: Any) -> None:
+    try:
+        run, batch = _RUNNERS[engine](cfg)
+        if warm:
+            run([Path(p).read_bytes() for p in warm[: max(1, batch)]])
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which prints it
+        barrier.abort()
+        queue.put({"error": f"{type(e).__name__}: {e}"})
+        return
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        queue.put({"error": "a sibling process failed to start"})
+        return
+    start = time.time()
+    results: list[Any] = []
+    for i in range(0, len(paths), max(1, batch)):
+        chunk = [Path(p).read_bytes() for p in paths[i : i + batch]]
+        results.extend(run(chunk))
+    end = time.time()
+    queue.put({"start": start, "end": end, "results": results, "paths": paths,
+               "rss_kb": _peak_rss_kb(engine == "tesseract")})
+
+
+def _peak_rss_kb(children: bool) -> int:
+    """This process's peak RSS (VmHWM: ``ru_maxrss`` would carry the parent's over exec),
+    or, for Tesseract, its largest child's ``ru_maxrss`` (an upper bound: a forked child
+    starts from this small process's RSS)."""
+    if children:
+        return int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def run_engine(engine: str, cfg: BenchConfig, samples: Sequence[Sample], processes: int
+               ) -> tuple[EngineRun, dict[str, list[TextLine]]]:
+    """Run one engine over ``samples`` in ``processes`` children; timings and predictions."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    queue = ctx.Queue()
+    shards = [[str(s.path) for s in samples[i::processes]] for i in range(processes)]
+    warm = [str(s.path) for s in samples[: cfg.warmup * max(1, cfg.batch)]] if cfg.warmup else []
+    children = [ctx.Process(target=_child, args=(engine, cfg, shard, warm, barrier, queue))
+                for shard in shards]
+    for child in children:
+        child.start()
+    reports = _collect(children, queue)
+    for child in children:
+        child.join()
+    run = EngineRun(engine=engine, setup=_setup(engine, cfg, processes))
+    errors = [r["error"] for r in reports if "error" in r]
+    if errors:
+        run.error = errors[0]
+        return run, {}
+    preds: dict[str, list[TextLine]] = {}
+    stage: dict[str, float] = {}
+    for r in reports:
+        for path, (lines, ms) in zip(r["paths"], r["results"], strict=True):
+            preds[path] = lines
+            for k, v in ms.items():
+                stage[k] = stage.get(k, 0.0) + float(v)
+    run.pages = len(preds)
+    run.wall_s = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+    run.stage_ms = {k: round(v / max(1, run.pages), 1) for k, v in stage.items()}
+    run.peak_rss_mb = round(max(r["rss_kb"] for r in reports) / 1024, 1)
+    return run, preds
+
+
+def _collect(children: list[Any], queue: Any) -> list[dict[str, Any]]:
+    """One report per child; a child that died without reporting becomes an error."""
+    import queue as queue_mod
+
+    reports: list[dict[str, Any]] = []
+    while len(reports) < len(children):
+        try:
+            reports.append(queue.get(timeout=1.0))
+        except queue_mod.Empty:
+            if not any(c.is_alive() for c in children):
+                try:
+                    reports.append(queue.get(timeout=1.0))
+                except queue_mod.Empty:
+                    codes = [c.exitcode for c in children]
+                    reports.append({"error": f"a benchmark process died (exit codes {codes})"})
+                    break
+    return reports
+
+
+def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
+    if engine == "ocrstream":
+        extra = " device-pipeline" if cfg.device_pipeline else ""
+        return (f"{cfg.backend}/{cfg.device}{extra} {cfg.model} batch={cfg.batch} "
+                f"threads={cfg.threads} x{processes}")
+    if engine == "rapidocr":
+        return f"onnxruntime {cfg.model} threads={cfg.threads} x{processes} no-cls"
+    return f"eng psm3 OMP_THREAD_LIMIT=1 x{processes}"
+
+
+def score(run: EngineRun, preds: dict[str, list[TextLine]], samples: Sequence[Sample]) -> None:
+    """Fill ``run``'s CER from its predictions (samples without ground truth are skipped)."""
+    raw, norm = CerCounts(), CerCounts()
+    scored = 0
+    for s in samples:
+        if s.gt is None or str(s.path) not in preds:
+            continue
+        raw += page_cer(preds[str(s.path)], s.gt, normalised=False)
+        norm += page_cer(preds[str(s.path)], s.gt, normalised=True)
+        scored += 1
+    if scored:
+        run.cer_raw, run.cer_norm = round(raw.cer, 4), round(norm.cer, 4)
+        run.counts = {"pages": scored, "gt_chars": norm.ref_chars, "edits": norm.edits,
+                      "matched": norm.matched, "missed_gt": norm.missed_gt,
+                      "extra_pred": norm.extra_pred}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def available(engine: str) -> bool:
+    if engine == "ocrstream":
+        return True
+    if engine == "rapidocr":
+        import importlib.util
+
+        return importlib.util.find_spec("rapidocr") is not None
+    return shutil.which("tesseract") is not None
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import psutil
+
+    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(),
+                            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+                            "python": sys.version.split()[0], "platform": platform.platform()}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+            info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
+    head = (f"{'engine':<10} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
+            f"{'det':>7} {'rec':>8} {'RSS MB':>7} {'CER':>7} {'nCER':>7}")
+    rows = [f"== {dataset}", head, "-" * len(head)]
+    for r in runs:
+        if r.error:
+            rows.append(f"{r.engine:<10} {r.setup:<48} error: {r.error}")
+            continue
+        ms = r.stage_ms
+
+        def cell(key: str, ms: dict[str, float] = ms) -> str:
+            return f"{ms[key]:.0f}" if key in ms else "-"
+
+        cer = f"{r.cer_raw:.4f}" if r.cer_raw is not None else "-"
+        ncer = f"{r.cer_norm:.4f}" if r.cer_norm is not None else "-"
+        rows.append(f"{r.engine:<10} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
+                    f"{cell('decode'):>7} {cell('det'):>7} {cell('rec'):>8} "
+                    f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}")
+    ours = next((r for r in runs if r.engine == "ocrstream" and not r.error), None)
+    for other in runs:
+        if ours is None or other is ours or other.error or other.pages_per_s == 0:
+            continue
+        line = f"ocrstream / {other.engine}: {ours.pages_per_s / other.pages_per_s:.2f}x pages/s"
+        if ours.cer_norm is not None and other.cer_norm is not None:
+            line += f", normalised CER {ours.cer_norm - other.cer_norm:+.4f}"
+        rows.append(line)
+    rows.append("stage columns: ms per page (sums of batch shares); CER: raw, nCER: normalised")
+    return "\n".join(rows)
+
+
+def bench(datasets: dict[str, list[Sample]], cfg: BenchConfig, engines: Sequence[str],
+          tesseract_processes: int | None = None) -> dict[str, Any]:
+    """Run every available engine on every dataset; the JSON-ready report."""
+    report: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "datasets": {}}
+    for name, samples in datasets.items():
+        runs = []
+        for engine in engines:
+            if not available(engine):
+                continue
+            procs = (tesseract_processes or os.cpu_count() or 1) if engine == "tesseract" \
+                else cfg.processes
+            run, preds = run_engine(engine, cfg, samples, max(1, procs))
+            score(run, preds, samples)
+            runs.append(run)
+            print(f"  {engine}: {run.pages} pages in {run.wall_s:.1f}s"
+                  + (f" ({run.error})" if run.error else ""), file=sys.stderr, flush=True)
+        report["datasets"][name] = {"pages": len(samples), "runs": [r.to_dict() for r in runs],
+                                    "table": format_table(name, runs)}
+    return report
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))

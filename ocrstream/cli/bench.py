@@ -1,0 +1,129 @@
+"""``ocrstream bench engine|pipeline``: benchmarks (see docs/benchmarks.md for results).
+
+``engine`` lives here; ``pipeline`` is added by the pipeline benchmark
+(``ocrstream.bench.pipeline``) and imported only when it is run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import click
+
+from ocrstream.settings import OcrBackend
+
+
+class _BenchGroup(click.Group):
+    """``engine`` is defined below; ``pipeline`` is imported lazily from its own module."""
+
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {
+        # ---- the pipeline benchmark plugs in here: a click command ``pipeline`` in
+        # ocrstream/bench/pipeline.py (written with the pipeline). ----------------------------
+        "pipeline": ("ocrstream.bench.pipeline", "pipeline"),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in self.LAZY:
+            return command
+        module_name, attr = self.LAZY[cmd_name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            return None  # not written yet
+        found: Any = getattr(module, attr, None)
+        return found if isinstance(found, click.Command) else None
+
+
+@click.group(cls=_BenchGroup)
+def bench() -> None:
+    """Benchmarks: the OCR engine alone, or the whole Kafka pipeline."""
+
+
+@bench.command()
+@click.option("--dataset", "datasets", multiple=True, type=click.Path(exists=True, file_okay=False,
+              path_type=Path), help="SROIE layout (img/ + box/) or a folder of images; repeatable.")
+@click.option("--synthetic-a4", type=int, default=0, show_default=True,
+              help="Also N synthetic 300-DPI A4 pages with known text (PyMuPDF).")
+@click.option("--backend", type=click.Choice([b.value for b in OcrBackend]), default="auto",
+              show_default=True)
+@click.option("--model", default="ppocrv6-small", show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--precision", default="fp16", show_default=True,
+              help="GPU precision (fp16|bf16|fp32); the CPU always runs fp32 unless bf16.")
+@click.option("--batch", type=int, default=8, show_default=True, help="Pages per engine call.")
+@click.option("--threads", type=int, default=None,
+              help="Threads per process [all cores / processes].")
+@click.option("--processes", type=int, default=1, show_default=True,
+              help="Engine processes (the fast profile: one per core with --threads 1).")
+@click.option("--limit", type=int, default=None, help="At most N pages per dataset.")
+@click.option("--engines", default="ocrstream,rapidocr,tesseract", show_default=True,
+              help="Which engines to run, of those installed.")
+@click.option("--tesseract-processes", type=int, default=None,
+              help="Tesseract processes [one per core].")
+@click.option("--device-pipeline/--no-device-pipeline", default=False, show_default=True,
+              help="torch on CUDA: nvjpeg decode and pre-processing on the GPU.")
+@click.option("--det-batch", type=int, default=None, help="Override OCRSTREAM_OCR_DET_BATCH.")
+@click.option("--rec-batch", type=int, default=None, help="Override OCRSTREAM_OCR_REC_BATCH.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where synthetic pages are written [a temporary folder].")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def engine(datasets: tuple[Path, ...], synthetic_a4: int, backend: str, model: str, device: str,
+           precision: str, batch: int, threads: int | None, processes: int, limit: int | None,
+           engines: str, tesseract_processes: int | None, device_pipeline: bool,
+           det_batch: int | None, rec_batch: int | None, workdir: Path | None,
+           json_out: Path | None) -> None:
+    """Pages/s, ms per stage per page, peak RSS and CER, with RapidOCR and Tesseract alongside."""
+    from ocrstream.bench import datasets as ds
+    from ocrstream.bench.engine import ENGINES, BenchConfig, write_json
+    from ocrstream.bench.engine import bench as run_bench
+
+    if not datasets and synthetic_a4 <= 0:
+        raise click.UsageError("give --dataset DIR and/or --synthetic-a4 N")
+    chosen = [e.strip() for e in engines.split(",") if e.strip()]
+    unknown = sorted(set(chosen) - set(ENGINES))
+    if unknown:
+        raise click.UsageError(f"unknown engines {unknown}; choose from {list(ENGINES)}")
+    cores = os.cpu_count() or 1
+    threads = threads or max(1, cores // max(1, processes))
+    extra: dict[str, Any] = {}
+    if det_batch:
+        extra["det_batch"] = det_batch
+    if rec_batch:
+        extra["rec_batch"] = rec_batch
+    cfg = BenchConfig(backend=backend, model=model, device=device, precision=precision,
+                      batch=batch, threads=threads, processes=processes,
+                      device_pipeline=device_pipeline, extra_settings=extra)
+    sets: dict[str, list[ds.Sample]] = {}
+    for root in datasets:
+        sets[root.name] = ds.subset(ds.load_dataset(root), limit)
+    tmp = None
+    if synthetic_a4 > 0:
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="ocrstream-bench-")
+            workdir = Path(tmp.name)
+        click.echo(f"rendering {synthetic_a4} synthetic A4 pages into {workdir}", err=True)
+        sets[f"synthetic-a4-{synthetic_a4}"] = ds.synthetic_a4(synthetic_a4, workdir / "a4")
+    try:
+        report = run_bench(sets, cfg, chosen, tesseract_processes)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    report["command"] = "ocrstream bench engine " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    for entry in report["datasets"].values():
+        click.echo(entry["table"])
+        click.echo()
+    if json_out is not None:
+        write_json(report, json_out)
+        click.echo(f"wrote {json_out}", err=True)
