@@ -1,4 +1,5 @@
-"""The confluent-kafka producer every ocrstream process uses: idempotent, ``acks=all``.
+"""The confluent-kafka producer every ocrstream process uses: idempotent, ``acks=all``,
+and the murmur2 partitioner that Java clients and aiokafka (faust) use.
 
 Records are encoded by the codec (the only code that knows the wire format). ``send`` never
 drops a record when librdkafka's local queue is full: it serves delivery reports and tries
@@ -28,6 +29,9 @@ def producer_config(kafka: KafkaSettings, limits: LimitsSettings | None = None) 
     return kafka.librdkafka(
         **{
             "enable.idempotence": True,
+            # Java's (and aiokafka's, so faust's) partitioner: a doc_id lands on the same
+            # partition whichever client wrote it, which keeps faust tables co-partitioned.
+            "partitioner": "murmur2_random",
             "acks": "all",
             "linger.ms": 5,
             "compression.type": "lz4",

@@ -1,0 +1,469 @@
+"""The assembler: faust agents and tables keyed by doc_id that join page results into documents.
+
+Topics and co-partitioning: ``ocr.page-results.v1`` and ``ocr.scans.v1`` have the same number
+of partitions and are keyed by doc_id with the murmur2 partitioner (every ocrstream producer
+uses it), so all records of a document meet on one assembler partition, and the tables'
+changelogs are written to that partition too.
+
+- ``assembler-documents`` (json): per doc_id the page count, which pages are in (a bitmap),
+  which failed, the scan's attributes and, once emitted, the terminal status. A terminal entry
+  stays (small) so that a replayed or duplicated page never emits a second event.
+- ``assembler-pages`` (raw): the Avro bytes of each page's first usable result, keyed
+  ``doc_id/page_no``; deleted once the document is done. A failed page is replaced by a later
+  ok duplicate.
+
+When every page is in, or no page arrived for ``deadline_s`` (then ``partial`` with the
+missing pages listed), the document is finished: document.json, .txt and .pdf are written to
+the store, then exactly one DocumentEvent is published, then the table records it. Deadlines
+are found by a timer that scans the local table; as faust tables can only be changed while
+processing a record of their partition, the timer sends a marker to the internal
+``…-deadlines`` topic (same partitioning) and the finishing happens there.
+
+The searchable PDF is built from the original file (``source_uri`` of the page results: the
+splitter uploads inline sources that ask for a PDF), so the pages keep their original images.
+
+Store down: writes are retried with backoff while the record is held (not acked). A crash
+between publishing the event and its table changelog being written could repeat the event;
+``ocr.documents.v1`` is compacted by doc_id, so such a repeat is the same record twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import faust
+from aiokafka.partitioner import DefaultPartitioner
+
+from ocrstream.errors import FatalError, PoisonError, ReasonCode, RetriableError
+from ocrstream.logs import log_context
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import (
+    DocumentEvent,
+    DocumentProgress,
+    DocumentStatus,
+    ErrorInfo,
+    PageResult,
+    PageStatus,
+    ScanSubmitted,
+    utc_now,
+)
+from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
+from ocrstream.storage import ObjectStore, parse_s3_uri
+from ocrstream.streams import outputs, topics
+from ocrstream.streams.app import make_app, raw_topic, topic_partitions
+from ocrstream.streams.dlq import dead_letter
+from ocrstream.streams.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+STAGE = "assembler"
+DEADLINE = b"deadline"
+EXPIRE = b"expire"
+SCAN_ONLY_TTL_S = 7 * 24 * 3600.0  # scans whose pages never came (split failed): forget them
+T = TypeVar("T")
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+# --- the bitmap of pages that are in ---------------------------------------------------------
+
+
+def bit_test(bitmap: str, page_no: int) -> bool:
+    i = page_no - 1
+    return len(bitmap) > i // 4 and bool(int(bitmap[i // 4], 16) & (1 << (i % 4)))
+
+
+def bit_set(bitmap: str, page_no: int) -> str:
+    i = page_no - 1
+    if len(bitmap) <= i // 4:
+        bitmap += "0" * (i // 4 + 1 - len(bitmap))
+    nibble = int(bitmap[i // 4], 16) | (1 << (i % 4))
+    return f"{bitmap[: i // 4]}{nibble:x}{bitmap[i // 4 + 1 :]}"
+
+
+def decide(page_count: int, results: list[PageResult]) -> tuple[DocumentStatus, ErrorInfo | None]:
+    """The document's status from its page results (missing = pages without one)."""
+    failed = [r.page_no for r in results if r.status is PageStatus.FAILED]
+    missing = page_count - len(results)
+    if results and len(failed) == len(results) and missing == 0:
+        return DocumentStatus.FAILED, ErrorInfo(ReasonCode.PAGES_FAILED, "every page failed")
+    if not results:
+        return DocumentStatus.FAILED, ErrorInfo(ReasonCode.PAGES_MISSING, "no page came back")
+    if missing:
+        return DocumentStatus.PARTIAL, ErrorInfo(
+            ReasonCode.PAGES_MISSING, f"{missing} of {page_count} pages did not come back in time"
+        )
+    if failed:
+        return DocumentStatus.PARTIAL, ErrorInfo(
+            ReasonCode.PAGES_FAILED, f"{len(failed)} of {page_count} pages failed"
+        )
+    return DocumentStatus.COMPLETED, None
+
+
+class Assembler:
+    """The handlers behind the agents; one per process."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        *,
+        kafka: KafkaSettings,
+        store: ObjectStore,
+        settings: AssemblerSettings,
+        limits: LimitsSettings,
+        codec: Codec,
+        metrics: Metrics,
+        partitions: int,
+    ) -> None:
+        self.app, self.store, self.settings, self.limits = app, store, settings, limits
+        self.codec, self.metrics, self.partitions = codec, metrics, partitions
+        self.results = raw_topic(app, kafka.topic(topics.PAGE_RESULTS))
+        self.scans = raw_topic(app, kafka.topic(topics.SCANS))
+        self.progress = raw_topic(app, kafka.topic(topics.PROGRESS))
+        self.documents = raw_topic(app, kafka.topic(topics.DOCUMENTS))
+        self.dlq = raw_topic(app, kafka.topic(topics.DLQ))
+        self.deadlines = app.topic(
+            f"{app.conf.id}-deadlines", key_type=bytes, value_type=bytes,
+            key_serializer="raw", value_serializer="raw", partitions=partitions, internal=True,
+        )  # fmt: skip
+        self.docs = app.Table("assembler-documents", default=None, partitions=partitions)
+        self.pages = app.Table(
+            "assembler-pages", default=None, partitions=partitions,
+            schema=faust.Schema(key_type=str, value_type=bytes, value_serializer="raw"),
+        )  # fmt: skip
+        self._finishing: set[str] = set()
+        self._marked: dict[str, float] = {}
+        self._partitioner = DefaultPartitioner()
+        self._pool = ThreadPoolExecutor(2, "assemble")
+
+    # --- page results -----------------------------------------------------------------------
+
+    async def on_result(self, event: Any) -> None:
+        msg = event.message
+        with log_context(tp=f"{msg.topic}[{msg.partition}]@{msg.offset}"):
+            try:
+                result = self.codec.decode_as(event.value, PageResult)
+            except PoisonError as e:
+                log.warning("undecodable page result goes to the DLQ: %s", e)
+                await self._dead_letter(msg, e)
+                return
+            with log_context(doc_id=result.doc_id, page=result.page_no, trace_id=result.trace_id):
+                try:
+                    await self._page(result, bytes(event.value))
+                except Exception as e:
+                    log.exception("page result failed unexpectedly")
+                    await self._dead_letter(msg, e)
+
+    async def _page(self, result: PageResult, raw: bytes) -> None:
+        doc_id, page_no = result.doc_id, result.page_no
+        doc = self.docs.get(doc_id) or {}
+        if doc.get("terminal"):
+            self.metrics.pages.labels(STAGE, "after_terminal").inc()
+            return
+        page_count = int(doc.get("page_count") or result.page_count)
+        if not 1 <= page_no <= page_count:
+            raise PoisonError(
+                f"page {page_no} of a {page_count}-page document", code="invalid_page_no"
+            )
+        key = f"{doc_id}/{page_no}"
+        failed = set(doc.get("failed", ()))
+        bitmap = doc.get("bitmap", "")
+        is_failed = result.status is PageStatus.FAILED
+        if bit_test(bitmap, page_no):
+            if page_no in failed and not is_failed:  # a retry succeeded: keep the better one
+                failed.discard(page_no)
+                self.pages[key] = raw
+            else:
+                self.metrics.pages.labels(STAGE, "duplicate").inc()
+                return
+        else:
+            bitmap = bit_set(bitmap, page_no)
+            if is_failed:
+                failed.add(page_no)
+            self.pages[key] = raw
+        done = int(doc.get("done", 0)) + (0 if bit_test(doc.get("bitmap", ""), page_no) else 1)
+        now = time.time()
+        doc.update(
+            page_count=page_count, bitmap=bitmap, done=done, failed=sorted(failed),
+            updated_at=now, first_at=doc.get("first_at", now),
+            submitted_at=doc.get("submitted_at") or _ms(result.submitted_at.timestamp()),
+            source_sha256=result.source_sha256, source_uri=result.source_uri,
+            outputs=list(result.outputs), trace_id=doc.get("trace_id") or result.trace_id,
+        )  # fmt: skip
+        self.docs[doc_id] = doc
+        self.metrics.pages.labels(STAGE, result.status.value).inc()
+        progress = DocumentProgress(doc_id=doc_id, pages_done=done, page_count=page_count,
+                                    updated_at=utc_now(), pages_failed=len(failed),
+                                    trace_id=doc.get("trace_id"))  # fmt: skip
+        await self.progress.send(
+            key=doc_id.encode(), value=self.codec.encode(progress, self.progress.get_topic_name())
+        )
+        if done >= page_count:
+            await self._finish(doc_id)
+
+    # --- scans (for the attributes to pass through) ---------------------------------------------
+
+    async def on_scan(self, event: Any) -> None:
+        try:
+            scan = self.codec.decode_as(event.value, ScanSubmitted)
+        except PoisonError:
+            return  # the splitter dead-letters it
+        doc = self.docs.get(scan.doc_id) or {}
+        if doc.get("terminal") or doc.get("scan_seen"):
+            return
+        doc.update(
+            scan_seen=True, attributes=dict(scan.attributes), trace_id=scan.trace_id,
+            submitted_at=_ms(scan.submitted_at.timestamp()), source_sha256=scan.sha256,
+            scan_at=time.time(),
+        )  # fmt: skip
+        self.docs[scan.doc_id] = doc
+
+    # --- deadlines ----------------------------------------------------------------------------
+
+    def owns(self, doc_id: str) -> bool:
+        """Whether this instance holds the results partition of ``doc_id``."""
+        from faust.types import TP
+
+        partition = self._partitioner(doc_id.encode(), list(range(self.partitions)), [])
+        tp = TP(self.results.get_topic_name(), partition)
+        return tp in self.app.consumer.assignment()
+
+    async def scan_deadlines(self) -> None:
+        """Timer: mark documents that made no progress for ``deadline_s``."""
+        now = time.time()
+        for doc_id, doc in list(self.docs.items()):
+            if not doc or doc.get("terminal"):
+                continue
+            if self._marked.get(doc_id, 0.0) > now - self.settings.deadline_s:
+                continue
+            if doc.get("done"):
+                overdue = now - float(doc.get("updated_at", now)) >= self.settings.deadline_s
+                marker = DEADLINE
+            else:
+                overdue = now - float(doc.get("scan_at", now)) >= SCAN_ONLY_TTL_S
+                marker = EXPIRE
+            if overdue and self.owns(doc_id):
+                self._marked[doc_id] = now
+                await self.deadlines.send(key=doc_id.encode(), value=marker)
+        self.metrics.inflight_documents.set(
+            sum(1 for d in self.docs.values() if d and d.get("done") and not d.get("terminal"))
+        )
+
+    async def on_deadline(self, event: Any) -> None:
+        doc_id = bytes(event.key or b"").decode("utf-8", "replace")
+        with log_context(doc_id=doc_id):
+            try:
+                doc = self.docs.get(doc_id)
+                if not doc or doc.get("terminal"):
+                    return
+                if event.value == EXPIRE and not doc.get("done"):
+                    del self.docs[doc_id]
+                    return
+                age = time.time() - float(doc.get("updated_at", 0))
+                if event.value == DEADLINE and age >= self.settings.deadline_s:
+                    log.warning(
+                        "deadline passed for %s: %s of %s pages in",
+                        doc_id,
+                        doc.get("done"),
+                        doc.get("page_count"),
+                    )
+                    await self._finish(doc_id)
+            except Exception:
+                log.exception("deadline handling failed")
+            finally:
+                self._marked.pop(doc_id, None)
+
+    # --- finishing ----------------------------------------------------------------------------
+
+    async def _finish(self, doc_id: str) -> None:
+        if doc_id in self._finishing:
+            return
+        self._finishing.add(doc_id)
+        try:
+            await self._finish_document(doc_id)
+        finally:
+            self._finishing.discard(doc_id)
+
+    async def _finish_document(self, doc_id: str) -> None:
+        started = time.perf_counter()
+        doc = dict(self.docs[doc_id])
+        page_count = int(doc["page_count"])
+        results: list[PageResult] = []
+        for page_no in range(1, page_count + 1):
+            raw = self.pages.get(f"{doc_id}/{page_no}")
+            if raw is not None:
+                results.append(self.codec.decode_as(raw, PageResult))
+        status, error = decide(page_count, results)
+        present = {r.page_no for r in results}
+        missing = [n for n in range(1, page_count + 1) if n not in present]
+        formats = [f for f in doc.get("outputs") or outputs.FORMATS if f in outputs.FORMATS]
+        written = await self._write_outputs(doc_id, status, page_count, results, formats,
+                                            doc.get("source_uri"))  # fmt: skip
+        completed_at = utc_now()
+        submitted_ms = int(doc.get("submitted_at") or _ms(time.time()))
+        event = DocumentEvent(
+            doc_id=doc_id,
+            status=status,
+            page_count=page_count,
+            pages_ok=sum(1 for r in results if r.status is not PageStatus.FAILED),
+            pages_failed=sum(1 for r in results if r.status is PageStatus.FAILED),
+            outputs=written,
+            error=error,
+            submitted_at=_from_ms(submitted_ms),
+            completed_at=completed_at,
+            source_sha256=str(doc.get("source_sha256") or ""),
+            missing_pages=tuple(missing),
+            failed_pages=tuple(r.page_no for r in results if r.status is PageStatus.FAILED),
+            attributes=doc.get("attributes") or {},
+            trace_id=doc.get("trace_id"),
+        )
+        fut = await self.documents.send(
+            key=doc_id.encode(), value=self.codec.encode(event, self.documents.get_topic_name())
+        )
+        await fut
+        self.docs[doc_id] = {"terminal": status.value, "page_count": page_count,
+                             "at": _ms(time.time())}  # fmt: skip
+        for page_no in present:
+            del self.pages[f"{doc_id}/{page_no}"]
+        self.metrics.documents.labels(status.value).inc()
+        latency = completed_at.timestamp() - submitted_ms / 1000
+        self.metrics.document_latency.observe(max(0.0, latency))
+        self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - started)
+        log.info(
+            "document %s %s: %d/%d pages ok, %.2fs after submission",
+            doc_id,
+            status.value,
+            event.pages_ok,
+            page_count,
+            latency,
+        )
+
+    async def _write_outputs(
+        self,
+        doc_id: str,
+        status: DocumentStatus,
+        page_count: int,
+        results: list[PageResult],
+        formats: list[str],
+        source_uri: str | None,
+    ) -> dict[str, str]:
+        """Build and upload the outputs; returns name → object URI. Retries while the store is
+        down; an output that can't be built (a missing or unreadable source) is left out."""
+        written: dict[str, str] = {}
+        with tempfile.TemporaryDirectory(prefix="ocrstream-assemble-") as tmp:
+            source: Path | None = None
+            if "pdf" in formats and source_uri:
+                try:
+                    bucket, key = parse_s3_uri(source_uri)
+                    download = await self._store(self.store.get_to_file, key, Path(tmp) / "src",
+                                                 max_bytes=self.limits.max_file_bytes,
+                                                 bucket=bucket)  # fmt: skip
+                    source = download.path
+                except PoisonError as e:
+                    log.warning("no searchable PDF for %s: source unavailable: %s", doc_id, e)
+            built = await self._run(outputs.build, doc_id, status.value, page_count, results,
+                                    formats, source, self.settings.pdf_dpi)  # fmt: skip
+            for fmt, (data, content_type) in built.items():
+                key = self.store.keys.document(doc_id, fmt)
+                info = await self._store(self.store.put_bytes, key, data,
+                                         content_type=content_type)  # fmt: skip
+                written[fmt] = info.uri
+        return written
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A blocking store call in a thread, retried with backoff while the store is down."""
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+            except RetriableError as e:
+                attempt += 1
+                delay = min(self.settings.store_backoff_max_s,
+                            self.settings.store_backoff_s * 2 ** (attempt - 1))  # fmt: skip
+                self.metrics.retries.labels(STAGE, e.code).inc()
+                log.warning("store unavailable (%s); retry %d in %.1fs", e, attempt, delay)
+                await asyncio.sleep(delay)
+
+    async def _dead_letter(self, msg: Any, exc: BaseException) -> None:
+        letter = dead_letter(
+            topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
+            value=msg.value, headers=msg.headers, stage=STAGE, exc=exc,
+            timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None,
+        )  # fmt: skip
+        fut = await self.dlq.send(
+            key=msg.key, value=self.codec.encode(letter, self.dlq.get_topic_name())
+        )
+        await fut
+        self.metrics.dlq.labels(STAGE, letter.error_code).inc()
+
+
+def _from_ms(ms: int) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def build_assembler(
+    kafka: KafkaSettings,
+    store: ObjectStore,
+    settings: AssemblerSettings,
+    limits: LimitsSettings,
+    metrics: Metrics,
+    codec: Codec | None = None,
+) -> faust.App:
+    """The assembler's faust app with its agents and deadline timer registered."""
+    partitions = topic_partitions(kafka, topics.PAGE_RESULTS)
+    scan_partitions = topic_partitions(kafka, topics.SCANS)
+    if scan_partitions != partitions:
+        raise FatalError(
+            f"{topics.SCANS} has {scan_partitions} partitions and {topics.PAGE_RESULTS} "
+            f"{partitions}: they must be equal (co-partitioned by doc_id)",
+            code="not_copartitioned",
+        )
+    app = make_app(settings.app_id, kafka, partitions=partitions, limits=limits,
+                   replication_factor=settings.changelog_replication)  # fmt: skip
+    assembler = Assembler(
+        app,
+        kafka=kafka,
+        store=store,
+        settings=settings,
+        limits=limits,
+        codec=codec or Codec(kafka),
+        metrics=metrics,
+        partitions=partitions,
+    )
+
+    async def results(stream: Any) -> None:
+        async for event in stream.events():
+            await assembler.on_result(event)
+
+    async def scans(stream: Any) -> None:
+        async for event in stream.events():
+            await assembler.on_scan(event)
+
+    async def deadlines(stream: Any) -> None:
+        async for event in stream.events():
+            await assembler.on_deadline(event)
+
+    app.agent(assembler.results, name="ocrstream.assembler.results")(results)
+    app.agent(assembler.scans, name="ocrstream.assembler.scans")(scans)
+    app.agent(assembler.deadlines, name="ocrstream.assembler.deadlines")(deadlines)
+    app.timer(settings.scan_interval_s, name="ocrstream.assembler.deadline-scan")(
+        assembler.scan_deadlines
+    )
+    return app
