@@ -1,0 +1,242 @@
+"""The searchable PDF: the original page images with an invisible text layer.
+
+Each page is the very image the worker recognised — JPEG bytes are embedded as they are (no
+re-encoding), PNG losslessly — on a page sized from the image's pixels and DPI
+(points = pixels × 72 / DPI), turned by the rotation the engine applied so it reads upright.
+Each recognised line is written in render mode 3 (invisible, as OCRmyPDF and Tesseract do)
+in a font whose glyph box fills the line's box: the font size makes the glyphs as tall as the
+line, a horizontal scale stretches the string to the line's width, and a rotation follows the
+line's angle. Selecting or searching text in a viewer then highlights the words in place.
+
+Fonts: Helvetica (Nimbus Sans, embedded and subset) for Latin, Cyrillic and Greek; Droid Sans
+Fallback (PyMuPDF's built-in CJK font, subset) for lines it cannot cover. Text in scripts
+neither font covers is placed but will not extract faithfully.
+
+A page without an image (the splitter could not read it, or the image is gone) becomes a page
+saying so in visible text, so page numbers stay those of the source.
+
+Memory: images are fetched one page at a time, but MuPDF holds the output document until it
+is written, so memory grows with the size of the output file (not with decoded pixels).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import pymupdf
+from PIL import Image
+
+from ocrstream.processors.ocr.types import Line, PageOCR
+
+DEFAULT_DPI = 300.0
+MAX_PAGE_PT = 14_400.0  # PDF's largest page: 200 inches
+MIN_PAGE_PT = 3.0
+LETTER_PT = (612.0, 792.0)
+NOTE_COLOR = (0.35, 0.35, 0.35)
+
+
+@dataclass(frozen=True, slots=True)
+class PageImage:
+    """An encoded page image and its resolution (``dpi`` 0: unknown, 300 is assumed)."""
+
+    data: bytes
+    dpi: float = 0.0
+
+
+#: Returns the image of a page (1-based), or None when there is none.
+ImageSource = Callable[[int], PageImage | None]
+
+
+class _Fonts:
+    def __init__(self) -> None:
+        self.latin = pymupdf.Font("helv")
+        self.cjk = pymupdf.Font("cjk")
+
+    def for_text(self, text: str) -> pymupdf.Font:
+        latin = self.latin
+        return latin if all(latin.has_glyph(ord(c)) for c in text) else self.cjk
+
+
+def _image_size(data: bytes) -> tuple[int, int]:
+    """The pixel size from the image header, without decoding the pixels."""
+    with Image.open(io.BytesIO(data)) as image:
+        width, height = image.size
+    return int(width), int(height)
+
+
+def _unskew(points: list[tuple[float, float]], skew: float, width: int, height: int) -> None:
+    """Undo the engine's deskew (``skew`` degrees counter-clockwise about the centre)."""
+    if not skew:
+        return
+    angle = math.radians(skew)  # the inverse of a CCW turn on screen (y down) is this rotation
+    c, s = math.cos(angle), math.sin(angle)
+    cx, cy = width / 2.0, height / 2.0
+    for i, (x, y) in enumerate(points):
+        dx, dy = x - cx, y - cy
+        points[i] = (cx + c * dx - s * dy, cy + s * dx + c * dy)
+
+
+def _quad(
+    polygon: tuple[tuple[float, float], ...] | list[tuple[float, float]],
+) -> list[tuple[float, float]]:
+    """Four corners, clockwise from top-left; other polygons by their bounding box."""
+    points = [(float(x), float(y)) for x, y in polygon]
+    if len(points) == 4:
+        return points
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return [(min(xs), min(ys)), (max(xs), min(ys)), (max(xs), max(ys)), (min(xs), max(ys))]
+
+
+class SearchablePdf:
+    """Builds a searchable PDF one page at a time; ``tobytes()`` or ``save()`` at the end."""
+
+    def __init__(self, title: str | None = None) -> None:
+        self._doc = pymupdf.open()
+        self._fonts = _Fonts()
+        self._doc.set_metadata(
+            {"producer": "ocrstream", "creator": "ocrstream", "title": title or ""}
+        )
+
+    @property
+    def page_count(self) -> int:
+        return int(self._doc.page_count)
+
+    def add_page(self, page_no: int, result: PageOCR | None, image: PageImage | None) -> None:
+        """Append page ``page_no``: its image with ``result``'s lines, or a note."""
+        size = None
+        if image is not None:
+            try:
+                size = _image_size(image.data)
+            except (OSError, ValueError, SyntaxError):
+                size = None
+        if image is None or size is None or min(size) <= 0:
+            self._note_page(page_no, result)
+            return
+        rotation = round((result.rotation if result else 0) / 90) * 90 % 360
+        width, height = (size[1], size[0]) if rotation in (90, 270) else size
+        scale = 72.0 / (image.dpi if image.dpi > 0 else DEFAULT_DPI)
+        scale = min(scale, MAX_PAGE_PT / max(width, height))
+        page = self._doc.new_page(
+            width=max(width * scale, MIN_PAGE_PT), height=max(height * scale, MIN_PAGE_PT)
+        )
+        page.insert_image(
+            page.rect, stream=image.data, rotate=(-rotation) % 360, keep_proportion=False
+        )
+        if result is not None and result.lines and result.width > 0 and result.height > 0:
+            sx = page.rect.width / result.width
+            sy = page.rect.height / result.height
+            for line in result.lines:
+                self._place_line(page, line, sx, sy, result)
+
+    def _place_line(
+        self, page: pymupdf.Page, line: Line, sx: float, sy: float, result: PageOCR
+    ) -> None:
+        text = line.text.strip()
+        if not text:
+            return
+        points = _quad(line.polygon)
+        _unskew(points, result.skew, result.width, result.height)
+        ul, ur, lr, ll = (pymupdf.Point(x * sx, y * sy) for x, y in points)
+        along = ((ur - ul) + (lr - ll)) * 0.5
+        length = abs(along)
+        height = (abs(ll - ul) + abs(lr - ur)) * 0.5
+        if length < 0.5 or height < 0.5:
+            return
+        font = self._fonts.for_text(text)
+        ascender, descender = font.ascender, font.descender
+        fontsize = height / max(ascender - descender, 0.1)
+        natural = font.text_length(text, fontsize=fontsize)
+        if natural <= 0:
+            return
+        up = (ul - ll) * (1.0 / max(abs(ul - ll), 1e-6))
+        origin = ll + up * (-descender * fontsize)
+        angle = math.degrees(math.atan2(along.y, along.x))
+        writer = pymupdf.TextWriter(page.rect)
+        writer.append(origin, text, font=font, fontsize=fontsize)
+        stretch = pymupdf.Matrix(length / natural, 0, 0, 1, 0, 0) * pymupdf.Matrix(angle)
+        writer.write_text(page, render_mode=3, morph=(origin, stretch))
+
+    def _note_page(self, page_no: int, result: PageOCR | None) -> None:
+        if result is not None and result.width > 0 and result.height > 0:
+            scale = min(72.0 / DEFAULT_DPI, MAX_PAGE_PT / max(result.width, result.height))
+            width, height = result.width * scale, result.height * scale
+        else:
+            width, height = LETTER_PT
+        page = self._doc.new_page(width=max(width, 144.0), height=max(height, 72.0))
+        page.insert_text(
+            (24, 36), f"page {page_no} could not be read", fontsize=12, color=NOTE_COLOR
+        )
+        if result is not None and result.error_code:
+            page.insert_text((24, 54), f"reason: {result.error_code}", fontsize=9, color=NOTE_COLOR)
+
+    def tobytes(self) -> bytes:
+        """The finished PDF (fonts subset, unused objects dropped, streams compressed)."""
+        self._doc.subset_fonts()
+        data: bytes = self._doc.tobytes(garbage=1, deflate=True)
+        return data
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        self._doc.subset_fonts()
+        self._doc.save(os.fspath(path), garbage=1, deflate=True)
+
+    def close(self) -> None:
+        self._doc.close()
+
+    def __enter__(self) -> SearchablePdf:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def build_searchable_pdf(
+    page_count: int,
+    results: Mapping[int, PageOCR],
+    get_image: ImageSource,
+    *,
+    title: str | None = None,
+) -> bytes:
+    """The searchable PDF of a document: pages 1..``page_count``, each image fetched lazily."""
+    with SearchablePdf(title) as pdf:
+        for page_no in range(1, page_count + 1):
+            pdf.add_page(page_no, results.get(page_no), get_image(page_no))
+        return pdf.tobytes()
+
+
+class PageWithImage(Protocol):
+    """What :func:`images_from_pages` needs of a page (a ``SplitPage`` has it)."""
+
+    @property
+    def page_no(self) -> int: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def dpi(self) -> float: ...
+
+
+def images_from_pages(pages: Iterable[PageWithImage]) -> ImageSource:
+    """An :data:`ImageSource` over pages in increasing order — such as
+    :func:`ocrstream.processors.split.iter_pages` run on the source again, which yields the
+    same bytes the worker recognised. Each call advances the iterator to the page asked for,
+    so pages must be asked for in increasing order; a page never yielded, or without data,
+    gives None."""
+    iterator = iter(pages)
+    current: list[PageWithImage] = []
+
+    def get(page_no: int) -> PageImage | None:
+        while not current or current[0].page_no < page_no:
+            item = next(iterator, None)
+            if item is None:
+                return None
+            current[:] = [item]
+        item = current[0]
+        if item.page_no != page_no or not item.data:
+            return None
+        return PageImage(item.data, float(item.dpi))
+
+    return get
