@@ -236,7 +236,6 @@ class AssemblerSettings(BaseSettings):
     app_id: str = "ocrstream-assembler"
     deadline_s: float = 900.0
     scan_interval_s: float = 5.0
-    pdf_dpi: int = 200
     store_backoff_s: float = 0.5
     store_backoff_max_s: float = 10.0
     metrics_port: int = 9102

@@ -41,8 +41,9 @@ from typing import Any, TypeVar
 import faust
 from aiokafka.partitioner import DefaultPartitioner
 
-from ocrstream.errors import FatalError, PoisonError, ReasonCode, RetriableError
+from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.logs import log_context
+from ocrstream.processors.assemble import AssembledDocument
 from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import (
     DocumentEvent,
@@ -90,25 +91,6 @@ def bit_set(bitmap: str, page_no: int) -> str:
     return f"{bitmap[: i // 4]}{nibble:x}{bitmap[i // 4 + 1 :]}"
 
 
-def decide(page_count: int, results: list[PageResult]) -> tuple[DocumentStatus, ErrorInfo | None]:
-    """The document's status from its page results (missing = pages without one)."""
-    failed = [r.page_no for r in results if r.status is PageStatus.FAILED]
-    missing = page_count - len(results)
-    if results and len(failed) == len(results) and missing == 0:
-        return DocumentStatus.FAILED, ErrorInfo(ReasonCode.PAGES_FAILED, "every page failed")
-    if not results:
-        return DocumentStatus.FAILED, ErrorInfo(ReasonCode.PAGES_MISSING, "no page came back")
-    if missing:
-        return DocumentStatus.PARTIAL, ErrorInfo(
-            ReasonCode.PAGES_MISSING, f"{missing} of {page_count} pages did not come back in time"
-        )
-    if failed:
-        return DocumentStatus.PARTIAL, ErrorInfo(
-            ReasonCode.PAGES_FAILED, f"{len(failed)} of {page_count} pages failed"
-        )
-    return DocumentStatus.COMPLETED, None
-
-
 class Assembler:
     """The handlers behind the agents; one per process."""
 
@@ -123,6 +105,7 @@ class Assembler:
         codec: Codec,
         metrics: Metrics,
         partitions: int,
+        dpi: int,
     ) -> None:
         self.app, self.store, self.settings, self.limits = app, store, settings, limits
         self.codec, self.metrics, self.partitions = codec, metrics, partitions
@@ -143,7 +126,9 @@ class Assembler:
         self._finishing: set[str] = set()
         self._marked: dict[str, float] = {}
         self._partitioner = DefaultPartitioner()
-        self._pool = ThreadPoolExecutor(2, "assemble")
+        self.dpi = dpi
+        self._pool = ThreadPoolExecutor(4, "assemble-io")
+        self._render = ThreadPoolExecutor(1, "assemble-render")  # MuPDF: one at a time
 
     # --- page results -----------------------------------------------------------------------
 
@@ -302,27 +287,33 @@ class Assembler:
             raw = self.pages.get(f"{doc_id}/{page_no}")
             if raw is not None:
                 results.append(self.codec.decode_as(raw, PageResult))
-        status, error = decide(page_count, results)
-        present = {r.page_no for r in results}
-        missing = [n for n in range(1, page_count + 1) if n not in present]
-        formats = [f for f in doc.get("outputs") or outputs.FORMATS if f in outputs.FORMATS]
-        written = await self._write_outputs(doc_id, status, page_count, results, formats,
-                                            doc.get("source_uri"))  # fmt: skip
+        submitted_at = _from_ms(int(doc.get("submitted_at") or _ms(time.time())))
         completed_at = utc_now()
-        submitted_ms = int(doc.get("submitted_at") or _ms(time.time()))
+        assembled = outputs.assemble_document(
+            doc_id, page_count, results, source_sha256=doc.get("source_sha256") or None,
+            submitted_at=submitted_at, completed_at=completed_at,
+        )  # fmt: skip
+        formats = [f for f in doc.get("outputs") or outputs.FORMATS if f in outputs.FORMATS]
+        written = await self._write_outputs(assembled, formats, doc.get("source_uri"))
+        status = DocumentStatus(assembled.status)
+        error = (
+            ErrorInfo(assembled.error_code, assembled.error_message or "")
+            if assembled.error_code
+            else None
+        )
         event = DocumentEvent(
             doc_id=doc_id,
             status=status,
             page_count=page_count,
-            pages_ok=sum(1 for r in results if r.status is not PageStatus.FAILED),
-            pages_failed=sum(1 for r in results if r.status is PageStatus.FAILED),
+            pages_ok=assembled.pages_ok,
+            pages_failed=assembled.pages_failed,
             outputs=written,
             error=error,
-            submitted_at=_from_ms(submitted_ms),
+            submitted_at=submitted_at,
             completed_at=completed_at,
             source_sha256=str(doc.get("source_sha256") or ""),
-            missing_pages=tuple(missing),
-            failed_pages=tuple(r.page_no for r in results if r.status is PageStatus.FAILED),
+            missing_pages=tuple(assembled.missing_pages),
+            failed_pages=tuple(assembled.failed_pages),
             attributes=doc.get("attributes") or {},
             trace_id=doc.get("trace_id"),
         )
@@ -332,32 +323,20 @@ class Assembler:
         await fut
         self.docs[doc_id] = {"terminal": status.value, "page_count": page_count,
                              "at": _ms(time.time())}  # fmt: skip
-        for page_no in present:
-            del self.pages[f"{doc_id}/{page_no}"]
+        for result in results:
+            del self.pages[f"{doc_id}/{result.page_no}"]
         self.metrics.documents.labels(status.value).inc()
-        latency = completed_at.timestamp() - submitted_ms / 1000
+        latency = (completed_at - submitted_at).total_seconds()
         self.metrics.document_latency.observe(max(0.0, latency))
         self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - started)
-        log.info(
-            "document %s %s: %d/%d pages ok, %.2fs after submission",
-            doc_id,
-            status.value,
-            event.pages_ok,
-            page_count,
-            latency,
-        )
+        log.info("document %s %s: %d/%d pages ok, %.2fs after submission", doc_id,
+                 status.value, event.pages_ok, page_count, latency)  # fmt: skip
 
     async def _write_outputs(
-        self,
-        doc_id: str,
-        status: DocumentStatus,
-        page_count: int,
-        results: list[PageResult],
-        formats: list[str],
-        source_uri: str | None,
+        self, doc: AssembledDocument, formats: list[str], source_uri: str | None
     ) -> dict[str, str]:
         """Build and upload the outputs; returns name → object URI. Retries while the store is
-        down; an output that can't be built (a missing or unreadable source) is left out."""
+        down; the PDF is left out when the source can't be had (missing, unreadable)."""
         written: dict[str, str] = {}
         with tempfile.TemporaryDirectory(prefix="ocrstream-assemble-") as tmp:
             source: Path | None = None
@@ -369,20 +348,20 @@ class Assembler:
                                                  bucket=bucket)  # fmt: skip
                     source = download.path
                 except PoisonError as e:
-                    log.warning("no searchable PDF for %s: source unavailable: %s", doc_id, e)
-            built = await self._run(outputs.build, doc_id, status.value, page_count, results,
-                                    formats, source, self.settings.pdf_dpi)  # fmt: skip
+                    log.warning("no searchable PDF for %s: source unavailable: %s", doc.doc_id, e)
+            loop = asyncio.get_running_loop()
+            built = await loop.run_in_executor(
+                self._render, lambda: outputs.build(doc, formats, source, dpi=self.dpi,
+                                                    limits=self.limits),
+            )  # fmt: skip
             for fmt, (data, content_type) in built.items():
-                key = self.store.keys.document(doc_id, fmt)
+                key = self.store.keys.document(doc.doc_id, fmt)
                 info = await self._store(self.store.put_bytes, key, data,
                                          content_type=content_type)  # fmt: skip
                 written[fmt] = info.uri
         return written
 
     # --- helpers ------------------------------------------------------------------------------
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A blocking store call in a thread, retried with backoff while the store is down."""
@@ -424,9 +403,12 @@ def build_assembler(
     settings: AssemblerSettings,
     limits: LimitsSettings,
     metrics: Metrics,
+    *,
+    dpi: int,
     codec: Codec | None = None,
 ) -> faust.App:
-    """The assembler's faust app with its agents and deadline timer registered."""
+    """The assembler's faust app with its agents and deadline timer registered; ``dpi`` must be
+    the splitter's (the searchable PDF re-splits the source to get the same page images)."""
     partitions = topic_partitions(kafka, topics.PAGE_RESULTS)
     scan_partitions = topic_partitions(kafka, topics.SCANS)
     if scan_partitions != partitions:
@@ -446,6 +428,7 @@ def build_assembler(
         codec=codec or Codec(kafka),
         metrics=metrics,
         partitions=partitions,
+        dpi=dpi,
     )
 
     async def results(stream: Any) -> None:

@@ -64,22 +64,13 @@ from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import topics
 from ocrstream.streams.app import DeliveryWindow, make_app, raw_topic, topic_partitions
 from ocrstream.streams.dlq import dead_letter
+from ocrstream.streams.media import extension
 from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 STAGE = "splitter"
 TEXT_LAYER_ATTRIBUTE = "text_layer"
-_EXT = {
-    "application/pdf": "pdf",
-    "image/jpeg": "jpg",
-    "image/png": "png",
-    "image/tiff": "tif",
-    "image/bmp": "bmp",
-    "image/webp": "webp",
-    "image/gif": "gif",
-    "image/jp2": "jp2",
-}
 T = TypeVar("T")
 
 
@@ -295,7 +286,7 @@ class Splitter:
             return scan.source.uri
         if "pdf" not in scan.outputs or not isinstance(source, bytes):
             return None
-        ext = _EXT.get(content_type, "bin")
+        ext = extension(content_type)
         key = self.store.keys.source(scan.doc_id, ext)
         info = await self._store(self.store.put_bytes, key, source, content_type=content_type)
         return info.uri
