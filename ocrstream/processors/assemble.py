@@ -242,8 +242,10 @@ def assemble(
     missing = tuple(n for n in range(1, page_count + 1) if n not in received)
     failed = tuple(p.page_no for p in pages if not p.readable)
     ok = len(pages) - len(failed)
+    code: str | None
+    message: str | None
     if page_count <= 0:
-        status, code, message = "failed", ReasonCode.ZERO_PAGES, "the document has no pages"
+        status, code, message = "failed", str(ReasonCode.ZERO_PAGES), "the document has no pages"
     elif not failed and not missing:
         status, code, message = "completed", None, None
     else:
@@ -257,7 +259,7 @@ def assemble(
         missing_pages=missing,
         failed_pages=failed,
         engine=dict(engine) if engine else _common_engine(pages),
-        error_code=str(code) if code else None,
+        error_code=code,
         error_message=message,
         source_sha256=source_sha256,
         submitted_at=submitted_at,

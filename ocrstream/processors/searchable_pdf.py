@@ -22,6 +22,7 @@ is written, so memory grows with the size of the output file (not with decoded p
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +33,9 @@ import pymupdf
 from PIL import Image
 
 from ocrstream.processors.ocr.types import Line, PageOCR
+from ocrstream.processors.split_pdf import quiet_mupdf
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DPI = 300.0
 MAX_PAGE_PT = 14_400.0  # PDF's largest page: 200 inches
@@ -96,6 +100,7 @@ class SearchablePdf:
     """Builds a searchable PDF one page at a time; ``tobytes()`` or ``save()`` at the end."""
 
     def __init__(self, title: str | None = None) -> None:
+        quiet_mupdf()
         self._doc = pymupdf.open()
         self._fonts = _Fonts()
         self._doc.set_metadata(
@@ -124,9 +129,15 @@ class SearchablePdf:
         page = self._doc.new_page(
             width=max(width * scale, MIN_PAGE_PT), height=max(height * scale, MIN_PAGE_PT)
         )
-        page.insert_image(
-            page.rect, stream=image.data, rotate=(-rotation) % 360, keep_proportion=False
-        )
+        try:
+            page.insert_image(
+                page.rect, stream=image.data, rotate=(-rotation) % 360, keep_proportion=False
+            )
+        except Exception:  # an image MuPDF cannot embed: the page says so instead
+            log.warning("page %d: the image cannot be embedded", page_no, exc_info=True)
+            self._doc.delete_page(-1)
+            self._note_page(page_no, result)
+            return
         if result is not None and result.lines and result.width > 0 and result.height > 0:
             sx = page.rect.width / result.width
             sy = page.rect.height / result.height
@@ -158,7 +169,8 @@ class SearchablePdf:
         angle = math.degrees(math.atan2(along.y, along.x))
         writer = pymupdf.TextWriter(page.rect)
         writer.append(origin, text, font=font, fontsize=fontsize)
-        stretch = pymupdf.Matrix(length / natural, 0, 0, 1, 0, 0) * pymupdf.Matrix(angle)
+        # morph works in PDF space (y up): a clockwise turn on the page is a negative angle
+        stretch = pymupdf.Matrix(length / natural, 0, 0, 1, 0, 0) * pymupdf.Matrix(-angle)
         writer.write_text(page, render_mode=3, morph=(origin, stretch))
 
     def _note_page(self, page_no: int, result: PageOCR | None) -> None:
@@ -167,7 +179,7 @@ class SearchablePdf:
             width, height = result.width * scale, result.height * scale
         else:
             width, height = LETTER_PT
-        page = self._doc.new_page(width=max(width, 144.0), height=max(height, 72.0))
+        page = self._doc.new_page(width=max(width, 240.0), height=max(height, 72.0))
         page.insert_text(
             (24, 36), f"page {page_no} could not be read", fontsize=12, color=NOTE_COLOR
         )

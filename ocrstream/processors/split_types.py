@@ -78,8 +78,8 @@ class PageError(Exception):
 
 
 def unreadable(code: ReasonCode, message: str) -> UnreadableDocumentError:
-    return UnreadableDocumentError(message, code=code)
+    return UnreadableDocumentError(message, code=str(code))
 
 
 def over_limit(code: ReasonCode, message: str) -> LimitExceededError:
-    return LimitExceededError(message, code=code)
+    return LimitExceededError(message, code=str(code))
