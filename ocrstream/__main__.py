@@ -1,0 +1,5 @@
+"""``python -m ocrstream``: the same as the ``ocrstream`` console script."""
+
+from ocrstream.cli import main
+
+main(prog_name="ocrstream")

@@ -1,0 +1,147 @@
+"""``ocrstream all``: run every agent as a child process and keep it running.
+
+Each agent (splitter, N OCR workers, assembler, lag exporter) is a subprocess running the
+same ``ocrstream`` command, so a crash (or an OOM kill) takes down one agent, not the rest.
+One that exits unexpectedly is restarted after a backoff that doubles on every crash up to a
+maximum and resets once it stayed up for a minute. SIGTERM/SIGINT are forwarded to the
+children, which drain and commit; one that does not stop within ``stop_timeout_s`` is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ocrstream.settings import SupervisorSettings, WorkerSettings
+
+log = logging.getLogger(__name__)
+
+STABLE_AFTER_S = 60.0
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One child: a name and the ``ocrstream`` arguments (and extra environment) to run it."""
+
+    name: str
+    args: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def ocrstream_command(args: Sequence[str]) -> list[str]:
+    """The command line that runs ``ocrstream ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "ocrstream", *args]
+
+
+def default_agents(workers: int, worker_settings: WorkerSettings | None = None) -> list[AgentSpec]:
+    """The splitter, ``workers`` OCR workers (metrics on consecutive ports), the assembler and
+    the lag exporter."""
+    base = (worker_settings or WorkerSettings()).metrics_port
+    specs = [AgentSpec("splitter", ("splitter",))]
+    specs += [
+        AgentSpec(f"ocr-worker-{i}", ("ocr-worker", "--metrics-port", str(base + i)))
+        for i in range(workers)
+    ]
+    specs += [AgentSpec("assembler", ("assembler",)), AgentSpec("lag-exporter", ("lag-exporter",))]
+    return specs
+
+
+@dataclass
+class _Child:
+    spec: AgentSpec
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    crashes: int = 0
+    restart_at: float = 0.0
+
+
+class Supervisor:
+    """Start, watch and stop the agents. :meth:`run` blocks until :meth:`stop` is called."""
+
+    def __init__(
+        self,
+        specs: Sequence[AgentSpec],
+        settings: SupervisorSettings | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        stdout: int | None = None,
+    ) -> None:
+        self.settings = settings or SupervisorSettings()
+        self.env = dict(os.environ if env is None else env)
+        self.stdout = stdout
+        self.children = [_Child(spec) for spec in specs]
+        self._stop = threading.Event()
+        self.restarts = 0
+
+    def _start(self, child: _Child) -> None:
+        env = {**self.env, **child.spec.env}
+        child.proc = subprocess.Popen(
+            ocrstream_command(child.spec.args), env=env, stdout=self.stdout,
+            stderr=subprocess.STDOUT if self.stdout is not None else None,
+        )  # fmt: skip
+        child.started_at = time.monotonic()
+        log.info("started %s (pid %d)", child.spec.name, child.proc.pid)
+
+    def start(self) -> None:
+        for child in self.children:
+            self._start(child)
+
+    def check(self) -> None:
+        """Restart children that exited, after their backoff."""
+        now = time.monotonic()
+        for child in self.children:
+            proc = child.proc
+            if proc is not None and proc.poll() is None:
+                if child.crashes and now - child.started_at > STABLE_AFTER_S:
+                    child.crashes = 0
+                continue
+            if proc is not None:
+                code = proc.returncode
+                child.proc = None
+                child.crashes += 1
+                delay = min(
+                    self.settings.restart_backoff_max_s,
+                    self.settings.restart_backoff_s * 2 ** (child.crashes - 1),
+                )
+                child.restart_at = now + delay
+                log.warning("%s exited with %s; restarting in %.1fs", child.spec.name, code, delay)
+            if child.proc is None and now >= child.restart_at and not self._stop.is_set():
+                self._start(child)
+                self.restarts += 1
+
+    def run(self) -> None:
+        if not any(c.proc for c in self.children):
+            self.start()
+        try:
+            while not self._stop.wait(0.5):
+                self.check()
+        finally:
+            self.shutdown()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def shutdown(self) -> None:
+        """SIGTERM every child, wait for them to drain, kill what's left."""
+        self._stop.set()
+        live = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]
+        for proc in live:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.stop_timeout_s
+        for proc in live:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("pid %d did not stop in time; killing it", proc.pid)
+                proc.kill()
+                proc.wait()
+
+    def pids(self) -> dict[str, int]:
+        return {c.spec.name: c.proc.pid for c in self.children if c.proc is not None}
