@@ -72,8 +72,10 @@ def _import_inference() -> Any:
     try:
         from paddle import inference
     except ImportError as e:
-        raise FatalError("the paddle backend needs PaddlePaddle: pip install 'ocrstream[paddle]'",
-                         code="backend_unavailable") from e
+        raise FatalError(
+            "the paddle backend needs PaddlePaddle: pip install 'ocrstream[paddle]'",
+            code="backend_unavailable",
+        ) from e
     return inference
 
 
@@ -89,9 +91,11 @@ class PaddleSession:
             import paddle
 
             if not paddle.device.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
-                raise FatalError(f"device {options.device!r} asked for, but this PaddlePaddle "
-                                 "has no CUDA GPU (install paddlepaddle-gpu)",
-                                 code="gpu_unavailable")
+                raise FatalError(
+                    f"device {options.device!r} asked for, but this PaddlePaddle "
+                    "has no CUDA GPU (install paddlepaddle-gpu)",
+                    code="gpu_unavailable",
+                )
             index = int(device.split(":", 1)[1]) if ":" in device else 0
             config.enable_use_gpu(512, index)
             self.device = f"cuda:{index}"
@@ -109,8 +113,9 @@ class PaddleSession:
         try:
             self._predictor = inference.create_predictor(config)
         except (RuntimeError, ValueError, OSError) as e:
-            raise FatalError(f"Paddle Inference cannot load {program}: {e}",
-                             code="backend_unavailable") from e
+            raise FatalError(
+                f"Paddle Inference cannot load {program}: {e}", code="backend_unavailable"
+            ) from e
         self._input = self._predictor.get_input_handle(self._predictor.get_input_names()[0])
         self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
         self.kind = kind
