@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from ocrstream.errors import FatalError
-from ocrstream.processors.ocr.backends.base import SessionOptions
+from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_ONNX2TORCH = importlib.util.find_spec("onnx2torch") is not None
@@ -42,13 +42,13 @@ def _cuda() -> bool:
 needs_cuda = pytest.mark.skipif(not _cuda(), reason="no CUDA GPU visible to torch")
 
 
-def _models():  # type: ignore[no-untyped-def]
+def _models():
     from ocrstream.processors.ocr.models import load_model_set
 
     return load_model_set("ppocrv6-small")
 
 
-def _tiny_same_upper_model(stride: int = 1, weights_as_constant: bool = False):  # type: ignore[no-untyped-def]
+def _tiny_same_upper_model(stride: int = 1, weights_as_constant: bool = False):
     """Conv 2x2 (SAME_UPPER) -> Relu -> MaxPool 2x2 (SAME_UPPER), like PP-OCRv6's stem."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -137,7 +137,7 @@ def test_cuda_asked_for_without_a_gpu_is_fatal() -> None:
 
 @needs_torch
 @pytest.mark.parametrize("kind", ["det", "rec"])
-def test_real_models_torch_matches_onnxruntime_on_cpu(kind: str) -> None:
+def test_real_models_torch_matches_onnxruntime_on_cpu(kind: ModelKind) -> None:
     from ocrstream.processors.ocr.backends.torch_backend import TorchBackend
 
     models = _models()
@@ -233,7 +233,10 @@ def test_one_pass_crop_matches_opencv_warp_then_resize() -> None:
     from ocrstream.processors.ocr import gpu_preprocess as gp
 
     rng = np.random.default_rng(0)
-    img = cv2.GaussianBlur((rng.random((300, 500, 3)) * 255).astype(np.uint8), (9, 9), 3)
+    img = np.asarray(
+        cv2.GaussianBlur((rng.random((300, 500, 3)) * 255).astype(np.uint8), (9, 9), 3),
+        dtype=np.uint8,
+    )
     quads = np.array(
         [
             [[100, 100], [300, 110], [298, 150], [98, 140]],  # skewed
@@ -246,7 +249,9 @@ def test_one_pass_crop_matches_opencv_warp_then_resize() -> None:
     for quad, crop in zip(quads, crops, strict=True):
         w = round(max(np.linalg.norm(quad[0] - quad[1]), np.linalg.norm(quad[2] - quad[3])))
         h = round(max(np.linalg.norm(quad[0] - quad[3]), np.linalg.norm(quad[1] - quad[2])))
-        m = cv2.getPerspectiveTransform(quad, np.float32([[0, 0], [w, 0], [w, h], [0, h]]))
+        m = cv2.getPerspectiveTransform(
+            quad, np.array([[0, 0], [w, 0], [w, h], [0, h]], dtype=np.float32)
+        )
         ref = cv2.warpPerspective(img, m, (w, h), borderMode=cv2.BORDER_REPLICATE)
         if h >= 1.5 * w:
             ref = np.rot90(ref)
@@ -259,13 +264,14 @@ def test_one_pass_crop_matches_opencv_warp_then_resize() -> None:
 
 @needs_torch
 def test_det_tensor_matches_the_cpu_normalisation() -> None:
+    import cv2
+
     from ocrstream.processors.ocr import det as det_mod
     from ocrstream.processors.ocr import gpu_preprocess as gp
 
     rng = np.random.default_rng(3)
-    import cv2
-
-    img = cv2.GaussianBlur((rng.random((400, 300, 3)) * 255).astype(np.uint8), (7, 7), 2)
+    blurred = cv2.GaussianBlur((rng.random((400, 300, 3)) * 255).astype(np.uint8), (7, 7), 2)
+    img = np.asarray(blurred, dtype=np.uint8)
     params = det_mod.DetParams()
     shape = det_mod.det_shape(400, 300, params)
     want = det_mod.normalise(img, shape, params)

@@ -45,11 +45,13 @@ def test_synthetic_a4_is_deterministic_and_its_boxes_hold_the_ink(tmp_path: Path
     data, lines = render_a4_page(7)
     again, _ = render_a4_page(7)
     assert data == again
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_GRAYSCALE)
+    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_GRAYSCALE)
+    assert decoded is not None
+    image = np.asarray(decoded)
     assert abs(image.shape[0] - 3508) <= 1
     assert abs(image.shape[1] - 2480) <= 1
     assert len(lines) > 20
-    ink = image < 128
+    ink = np.asarray(image < 128)
     inside = np.zeros_like(ink)
     for ln in lines:
         (x0, y0), _, (x1, y1), _ = ln.polygon
