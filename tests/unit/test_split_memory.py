@@ -15,28 +15,26 @@ PAGES = 2_000
 BOUND_MB = 300  # generous: a 300 DPI page and its PNG are ~40 MB; MuPDF's store caps at 256 MB
 
 _PROBE = """
-import json, resource, sys
-import psutil
+import json, sys
 from ocrstream.processors.split import iter_pages, probe
 from ocrstream.settings import LimitsSettings
 
+def rss_mb(field):  # VmHWM is this process's peak (ru_maxrss would include the parent's)
+    with open("/proc/self/status") as f:
+        line = next(l for l in f if l.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+
 path, pages = sys.argv[1], int(sys.argv[2])
-me = psutil.Process()
 limits = LimitsSettings()
 assert probe(path, "application/pdf", limits) == pages
-base = me.memory_info().rss
-peak = base
-seen = 0
-out = 0
+base = rss_mb("VmRSS")
+seen = out = 0
 for page in iter_pages(path, "application/pdf", limits, dpi=300):
     assert page.ok, page
     seen += 1
     out += len(page.data)
-    if seen % 25 == 0:
-        peak = max(peak, me.memory_info().rss)
-peak = max(peak, me.memory_info().rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-print(json.dumps({"pages": seen, "base_mb": base / 2**20, "peak_mb": peak / 2**20,
-                  "output_mb": out / 2**20}))
+peak = rss_mb("VmHWM")
+print(json.dumps({"pages": seen, "base_mb": base, "peak_mb": peak, "output_mb": out / 2**20}))
 """
 
 
