@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import os
 import shlex
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,38 +51,86 @@ def bench() -> None:
 
 
 @bench.command()
-@click.option("--dataset", "datasets", multiple=True, type=click.Path(exists=True, file_okay=False,
-              path_type=Path), help="SROIE layout (img/ + box/) or a folder of images; repeatable.")
-@click.option("--synthetic-a4", type=int, default=0, show_default=True,
-              help="Also N synthetic 300-DPI A4 pages with known text (PyMuPDF).")
-@click.option("--backend", type=click.Choice([b.value for b in OcrBackend]), default="auto",
-              show_default=True)
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="SROIE layout (img/ + box/) or a folder of images; repeatable.",
+)
+@click.option(
+    "--synthetic-a4",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Also N synthetic 300-DPI A4 pages with known text (PyMuPDF).",
+)
+@click.option(
+    "--backend", type=click.Choice([b.value for b in OcrBackend]), default="auto", show_default=True
+)
 @click.option("--model", default="ppocrv6-small", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--precision", default="fp16", show_default=True,
-              help="GPU precision (fp16|bf16|fp32); the CPU always runs fp32 unless bf16.")
+@click.option(
+    "--precision",
+    default="fp16",
+    show_default=True,
+    help="GPU precision (fp16|bf16|fp32); the CPU always runs fp32 unless bf16.",
+)
 @click.option("--batch", type=int, default=8, show_default=True, help="Pages per engine call.")
-@click.option("--threads", type=int, default=None,
-              help="Threads per process [all cores / processes].")
-@click.option("--processes", type=int, default=1, show_default=True,
-              help="Engine processes (the fast profile: one per core with --threads 1).")
+@click.option(
+    "--threads", type=int, default=None, help="Threads per process [all cores / processes]."
+)
+@click.option(
+    "--processes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Engine processes (the fast profile: one per core with --threads 1).",
+)
 @click.option("--limit", type=int, default=None, help="At most N pages per dataset.")
-@click.option("--engines", default="ocrstream,rapidocr,tesseract", show_default=True,
-              help="Which engines to run, of those installed.")
-@click.option("--tesseract-processes", type=int, default=None,
-              help="Tesseract processes [one per core].")
-@click.option("--device-pipeline/--no-device-pipeline", default=False, show_default=True,
-              help="torch on CUDA: nvjpeg decode and pre-processing on the GPU.")
+@click.option(
+    "--engines",
+    default="ocrstream,rapidocr,tesseract",
+    show_default=True,
+    help="Which engines to run, of those installed.",
+)
+@click.option(
+    "--tesseract-processes", type=int, default=None, help="Tesseract processes [one per core]."
+)
+@click.option(
+    "--device-pipeline/--no-device-pipeline",
+    default=False,
+    show_default=True,
+    help="torch on CUDA: nvjpeg decode and pre-processing on the GPU.",
+)
 @click.option("--det-batch", type=int, default=None, help="Override OCRSTREAM_OCR_DET_BATCH.")
 @click.option("--rec-batch", type=int, default=None, help="Override OCRSTREAM_OCR_REC_BATCH.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where synthetic pages are written [a temporary folder].")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where synthetic pages are written [a temporary folder].",
+)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def engine(datasets: tuple[Path, ...], synthetic_a4: int, backend: str, model: str, device: str,
-           precision: str, batch: int, threads: int | None, processes: int, limit: int | None,
-           engines: str, tesseract_processes: int | None, device_pipeline: bool,
-           det_batch: int | None, rec_batch: int | None, workdir: Path | None,
-           json_out: Path | None) -> None:
+def engine(
+    datasets: tuple[Path, ...],
+    synthetic_a4: int,
+    backend: str,
+    model: str,
+    device: str,
+    precision: str,
+    batch: int,
+    threads: int | None,
+    processes: int,
+    limit: int | None,
+    engines: str,
+    tesseract_processes: int | None,
+    device_pipeline: bool,
+    det_batch: int | None,
+    rec_batch: int | None,
+    workdir: Path | None,
+    json_out: Path | None,
+) -> None:
     """Pages/s, ms per stage per page, peak RSS and CER, with RapidOCR and Tesseract alongside."""
     from ocrstream.bench import datasets as ds
     from ocrstream.bench.engine import ENGINES, BenchConfig, write_json
@@ -102,9 +149,17 @@ def engine(datasets: tuple[Path, ...], synthetic_a4: int, backend: str, model: s
         extra["det_batch"] = det_batch
     if rec_batch:
         extra["rec_batch"] = rec_batch
-    cfg = BenchConfig(backend=backend, model=model, device=device, precision=precision,
-                      batch=batch, threads=threads, processes=processes,
-                      device_pipeline=device_pipeline, extra_settings=extra)
+    cfg = BenchConfig(
+        backend=backend,
+        model=model,
+        device=device,
+        precision=precision,
+        batch=batch,
+        threads=threads,
+        processes=processes,
+        device_pipeline=device_pipeline,
+        extra_settings=extra,
+    )
     sets: dict[str, list[ds.Sample]] = {}
     for root in datasets:
         sets[root.name] = ds.subset(ds.load_dataset(root), limit)
@@ -120,10 +175,28 @@ def engine(datasets: tuple[Path, ...], synthetic_a4: int, backend: str, model: s
     finally:
         if tmp is not None:
             tmp.cleanup()
-    report["command"] = "ocrstream bench engine " + " ".join(shlex.quote(a) for a in sys.argv[3:])
+    report["command"] = _command_line(click.get_current_context())
     for entry in report["datasets"].values():
         click.echo(entry["table"])
         click.echo()
     if json_out is not None:
         write_json(report, json_out)
         click.echo(f"wrote {json_out}", err=True)
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The command as typed, rebuilt from the options that differ from their defaults."""
+    parts = ["ocrstream", "bench", "engine"]
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        value = ctx.params.get(param.name)
+        if value == param.default or value in (None, (), False):
+            continue
+        flag = param.opts[0]
+        if param.is_flag:
+            parts.append(flag if value else (param.secondary_opts or [flag])[0])
+            continue
+        for item in value if isinstance(value, tuple) else (value,):
+            parts += [flag, shlex.quote(str(item))]
+    return " ".join(parts)

@@ -1,0 +1,137 @@
+"""``ocrstream bench engine``: the runners, the report and the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ocrstream.bench.cer import TextLine
+from ocrstream.bench.datasets import Sample, render_a4_page
+from ocrstream.bench.engine import (
+    BenchConfig,
+    EngineRun,
+    format_table,
+    parse_tesseract_tsv,
+    run_engine,
+    score,
+)
+
+TSV = (
+    "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext\n"
+    "1\t1\t0\t0\t0\t0\t0\t0\t800\t600\t-1\t\n"
+    "4\t1\t1\t1\t1\t0\t10\t10\t300\t30\t-1\t\n"
+    "5\t1\t1\t1\t1\t1\t10\t10\t100\t30\t96.5\tTotal\n"
+    "5\t1\t1\t1\t1\t2\t150\t12\t160\t28\t95.1\t12.00\n"
+    "5\t1\t1\t1\t2\t1\t10\t50\t90\t30\t91.0\tCash\n"
+    "5\t1\t1\t1\t2\t2\t120\t50\t5\t30\t10.0\t \n"
+)
+
+
+def test_tesseract_words_are_grouped_into_lines_with_boxes() -> None:
+    lines = parse_tesseract_tsv(TSV)
+    assert [ln.text for ln in lines] == ["Total 12.00", "Cash"]
+    assert lines[0].polygon == ((10, 10), (310, 10), (310, 40), (10, 40))
+
+
+def test_score_and_table_report_ratios_and_cer() -> None:
+    gt = (TextLine("TOTAL 12.00", ((0, 0), (100, 0), (100, 20), (0, 20))),)
+    samples = [Sample("p1", Path("/x/p1.jpg"), gt), Sample("p2", Path("/x/p2.jpg"), None)]
+    ours = EngineRun(
+        "ocrstream",
+        "openvino/cpu",
+        pages=2,
+        wall_s=1.0,
+        stage_ms={"decode": 5.0, "det": 100.0, "rec": 300.0},
+    )
+    theirs = EngineRun("rapidocr", "onnxruntime", pages=2, wall_s=4.0)
+    score(ours, {"/x/p1.jpg": [TextLine("Total 12.00", gt[0].polygon)]}, samples)
+    score(theirs, {"/x/p1.jpg": [TextLine("TOTAL 1200", gt[0].polygon)]}, samples)
+    assert ours.cer_norm == 0.0
+    assert ours.cer_raw == pytest.approx(4 / 11, abs=1e-4)
+    assert theirs.cer_norm == pytest.approx(1 / 11, abs=1e-4)
+    assert ours.counts["pages"] == 1
+    table = format_table("demo", [ours, theirs, EngineRun("tesseract", "x", error="boom")])
+    assert "ocrstream / rapidocr: 4.00x pages/s, normalised CER -0.0909" in table
+    assert "error: boom" in table
+    assert ours.to_dict()["pages_per_s"] == 2.0
+
+
+def test_a_child_that_cannot_start_reports_instead_of_hanging(tmp_path: Path) -> None:
+    page = tmp_path / "p.png"
+    page.write_bytes(b"not an image")
+    run, preds = run_engine(
+        "ocrstream", BenchConfig(model="no-such-model"), [Sample("p", page)], processes=2
+    )
+    assert run.error is not None
+    assert "no-such-model" in run.error
+    assert preds == {}
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed")
+def test_tesseract_runs_one_process_per_core_on_rendered_pages(tmp_path: Path) -> None:
+    samples = []
+    for i in range(2):
+        data, gt = render_a4_page(i)
+        path = tmp_path / f"a4-{i}.jpg"
+        path.write_bytes(data)
+        samples.append(Sample(path.stem, path, gt))
+    run, preds = run_engine("tesseract", BenchConfig(warmup=0), samples, processes=2)
+    assert run.error is None
+    assert run.pages == 2
+    assert run.wall_s > 0
+    score(run, preds, samples)
+    assert run.cer_norm is not None
+    assert run.cer_norm < 0.05  # clean 300-DPI print
+
+
+@pytest.mark.slow
+def test_bench_engine_command_on_synthetic_pages(tmp_path: Path) -> None:
+    from ocrstream.cli import main
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "engine",
+            "--synthetic-a4",
+            "1",
+            "--engines",
+            "ocrstream",
+            "--batch",
+            "1",
+            "--threads",
+            "2",
+            "--workdir",
+            str(tmp_path),
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "ocrstream" in result.output
+    report = json.loads(out.read_text())
+    run = report["datasets"]["synthetic-a4-1"]["runs"][0]
+    assert run["error"] is None
+    assert run["pages"] == 1
+    assert run["pages_per_s"] > 0
+    assert run["cer_norm"] < 0.05
+    assert {"decode", "det", "rec"} <= set(run["stage_ms"])
+    assert run["peak_rss_mb"] > 50
+    assert report["machine"]["cores"] >= 1
+    assert report["command"].startswith("ocrstream bench engine")
+
+
+def test_bench_group_lists_engine_and_the_pipeline_slot() -> None:
+    from ocrstream.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "--help"])
+    assert result.exit_code == 0
+    assert "engine" in result.output
+    missing = CliRunner().invoke(main, ["bench", "engine"])
+    assert missing.exit_code != 0
+    assert "--synthetic-a4" in missing.output
