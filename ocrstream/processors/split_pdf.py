@@ -176,7 +176,11 @@ class PdfDocument:
 
     def pages(self, dpi: int, use_text_layer: bool) -> Iterator[SplitPage]:
         for index in range(self.page_count):
-            yield self.page(index, dpi, use_text_layer)
+            page = self.page(index, dpi, use_text_layer)
+            if page.origin != "passthrough":
+                # MuPDF caches decoded images (up to 256 MB); a page's are not needed again
+                pymupdf.TOOLS.store_shrink(100)
+            yield page
 
     def page(self, index: int, dpi: int, use_text_layer: bool) -> SplitPage:
         page_no = index + 1
