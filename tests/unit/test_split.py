@@ -15,6 +15,7 @@ from PIL import Image
 from ocrstream.errors import LimitExceededError, PoisonError, ReasonCode
 from ocrstream.processors.split import iter_pages, probe, sniff
 from ocrstream.processors.split_types import SplitPage
+from ocrstream.processors.textlayer import text_quality
 from ocrstream.settings import LimitsSettings
 from tests import hostile, samples
 
@@ -240,3 +241,19 @@ def test_missing_file_is_a_poison_error(tmp_path: Path) -> None:
 )
 def test_sniff(head: bytes, media_type: str | None) -> None:
     assert sniff(head) == media_type
+
+
+@pytest.mark.parametrize(
+    ("texts", "usable"),
+    [
+        (["Invoice number 12345 dated 3 March 2024", "Total amount due: 1,250.00 EUR"], True),
+        (["请于三十日内支付发票金额，谢谢合作。", "合同编号 2024-117"], True),
+        (["Page 1"], False),  # too little
+        (["\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd" * 3], False),
+        (["\ue000\ue001\ue002 \ue003\ue004\ue005 \ue006\ue007 abc def ghi jkl"], False),
+        (["l I ' ; . , : | ! l I ' ; . , : | ! l I"], False),  # earlier OCR junk
+        (["-- .. ** ## == ++ -- .. ** ## == ++ -- .. ** ##"], False),
+    ],
+)
+def test_text_layer_quality(texts: list[str], usable: bool) -> None:
+    assert text_quality(texts) is usable
