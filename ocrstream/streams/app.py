@@ -90,6 +90,7 @@ def make_app(
     """A faust app for one agent: at-least-once, in-memory tables restored from changelogs."""
     limits = limits or LimitsSettings()
     datadir = Path(tempfile.gettempdir()) / "ocrstream-faust" / kafka.topic(app_id)
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     return faust.App(
         kafka.topic(app_id),
         broker=kafka.aiokafka()["broker"],

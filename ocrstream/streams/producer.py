@@ -34,7 +34,8 @@ def producer_config(kafka: KafkaSettings, limits: LimitsSettings | None = None) 
             "partitioner": "murmur2_random",
             "acks": "all",
             "linger.ms": 5,
-            "compression.type": "lz4",
+            # aiokafka (faust) reads gzip without extra libraries; page images are JPEG/PNG.
+            "compression.type": "gzip",
             "message.max.bytes": max_bytes + 64 * 1024,
             "message.timeout.ms": 300_000,
             "queue.buffering.max.kbytes": 262_144,
