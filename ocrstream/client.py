@@ -237,10 +237,7 @@ class OcrClient:
         so an event published before the call is found too."""
         pending = set(doc_ids)
         found: dict[str, DocumentEvent] = {}
-        names = [topics.DOCUMENTS, topics.PROGRESS]
-        if on_update is not None:
-            names.append(topics.PAGE_RESULTS)
-        consumer = self._consumer(names, from_beginning=True)
+        consumer = self._consumer([topics.DOCUMENTS, topics.PROGRESS], from_beginning=True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             while pending and (deadline is None or time.monotonic() < deadline):
