@@ -207,7 +207,7 @@ class WorkerSettings(BaseSettings):
     store_backoff_s: float = 0.5
     store_backoff_max_s: float = 10.0
     drain_timeout_s: float = 60.0
-    session_timeout_ms: int = 45_000
+    session_timeout_ms: int = 10_000
     max_poll_interval_ms: int = 300_000
     metrics_port: int = 9110
 

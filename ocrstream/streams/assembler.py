@@ -22,9 +22,9 @@ processing a record of their partition, the timer sends a marker to the internal
 The searchable PDF is built from the original file (``source_uri`` of the page results: the
 splitter uploads inline sources that ask for a PDF), so the pages keep their original images.
 
-Store down: writes are retried with backoff while the record is held (not acked). A crash
-between publishing the event and its table changelog being written could repeat the event;
-``ocr.documents.v1`` is compacted by doc_id, so such a repeat is the same record twice.
+Store down: writes are retried with backoff while the record is held (not acked). The terminal
+mark is flushed to the changelog right after the event is delivered; only a crash in between
+(milliseconds) could repeat the event, and ``ocr.documents.v1`` is compacted by doc_id.
 """
 
 from __future__ import annotations
@@ -136,14 +136,14 @@ class Assembler:
         msg = event.message
         with log_context(tp=f"{msg.topic}[{msg.partition}]@{msg.offset}"):
             try:
-                result = self.codec.decode_as(event.value, PageResult)
+                result = self.codec.decode_as(event.value or b"", PageResult)
             except PoisonError as e:
                 log.warning("undecodable page result goes to the DLQ: %s", e)
                 await self._dead_letter(msg, e)
                 return
             with log_context(doc_id=result.doc_id, page=result.page_no, trace_id=result.trace_id):
                 try:
-                    await self._page(result, bytes(event.value))
+                    await self._page(result, bytes(event.value or b""))
                 except Exception as e:
                     log.exception("page result failed unexpectedly")
                     await self._dead_letter(msg, e)
@@ -199,7 +199,7 @@ class Assembler:
 
     async def on_scan(self, event: Any) -> None:
         try:
-            scan = self.codec.decode_as(event.value, ScanSubmitted)
+            scan = self.codec.decode_as(event.value or b"", ScanSubmitted)
         except PoisonError:
             return  # the splitter dead-letters it
         doc = self.docs.get(scan.doc_id) or {}
@@ -325,6 +325,9 @@ class Assembler:
                              "at": _ms(time.time())}  # fmt: skip
         for result in results:
             del self.pages[f"{doc_id}/{result.page_no}"]
+        # Write the terminal mark to the changelog now, not at the next commit: a crash after
+        # this point can no longer publish a second event for the document.
+        await self.app.producer.flush()
         self.metrics.documents.labels(status.value).inc()
         latency = (completed_at - submitted_at).total_seconds()
         self.metrics.document_latency.observe(max(0.0, latency))
@@ -433,15 +436,24 @@ def build_assembler(
 
     async def results(stream: Any) -> None:
         async for event in stream.events():
-            await assembler.on_result(event)
+            try:
+                await assembler.on_result(event)
+            except Exception:  # last resort: an escaping error would crash-loop the agent
+                log.exception("results record %s not handled", event.message.offset)
 
     async def scans(stream: Any) -> None:
         async for event in stream.events():
-            await assembler.on_scan(event)
+            try:
+                await assembler.on_scan(event)
+            except Exception:  # last resort: an escaping error would crash-loop the agent
+                log.exception("scans record %s not handled", event.message.offset)
 
     async def deadlines(stream: Any) -> None:
         async for event in stream.events():
-            await assembler.on_deadline(event)
+            try:
+                await assembler.on_deadline(event)
+            except Exception:  # last resort: an escaping error would crash-loop the agent
+                log.exception("deadlines record %s not handled", event.message.offset)
 
     app.agent(assembler.results, name="ocrstream.assembler.results")(results)
     app.agent(assembler.scans, name="ocrstream.assembler.scans")(scans)

@@ -194,7 +194,7 @@ class Splitter:
         msg = event.message
         with log_context(tp=f"{msg.topic}[{msg.partition}]@{msg.offset}"):
             try:
-                scan = self.codec.decode_as(event.value, ScanSubmitted)
+                scan = self.codec.decode_as(event.value or b"", ScanSubmitted)
             except PoisonError as e:
                 log.warning("undecodable scan record goes to the DLQ: %s", e)
                 await self._dead_letter(msg, e)
@@ -224,6 +224,7 @@ class Splitter:
             await self._fail(scan, e)
             return
         self.done[scan.doc_id] = {"status": "split", "pages": pages, "sha256": scan.sha256}
+        await self.app.producer.flush()  # the mark reaches the changelog before the next scan
         self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - started)
         log.info(
             "split %s into %d pages in %.2fs", scan.doc_id, pages, time.perf_counter() - started
@@ -390,6 +391,7 @@ class Splitter:
         )
         await fut
         self.done[scan.doc_id] = {"status": "failed", "code": failure.code}
+        await self.app.producer.flush()
         self.metrics.documents.labels("failed").inc()
         latency = (event.completed_at - scan.submitted_at).total_seconds()
         self.metrics.document_latency.observe(max(0.0, latency))
@@ -443,7 +445,10 @@ def build_splitter(
 
     async def split(stream: Any) -> None:
         async for event in stream.events():
-            await splitter.handle(event)
+            try:
+                await splitter.handle(event)
+            except Exception:  # last resort: an escaping error would crash-loop the agent
+                log.exception("scan record %s not handled", event.message.offset)
 
     app.agent(splitter.scans, name="ocrstream.splitter")(split)
     return app
