@@ -42,10 +42,31 @@ def _cuda() -> bool:
 needs_cuda = pytest.mark.skipif(not _cuda(), reason="no CUDA GPU visible to torch")
 
 
+GPUCHECK = Path(__file__).resolve().parents[2] / ".whl" / "gpucheck"
+
+
 def _models():
+    """PP-OCRv6 small from the pinned wheel, or from the files scripts/gpu_check.sh carries
+    to the GPU machine (which has no rapidocr wheel)."""
     from ocrstream.processors.ocr.models import load_model_set
 
-    return load_model_set("ppocrv6-small")
+    try:
+        return load_model_set("ppocrv6-small")
+    except FatalError:
+        if (GPUCHECK / "models" / "rec.onnx").is_file():
+            return load_model_set(model_dir=GPUCHECK / "models")
+        raise
+
+
+def _model_dir() -> Path | None:
+    """The engine's ``model_dir`` for the same models as :func:`_models`."""
+    from ocrstream.processors.ocr.models import MODEL_SETS
+
+    try:
+        MODEL_SETS["ppocrv6-small"].det.locate()
+    except FatalError:
+        return GPUCHECK / "models"
+    return None
 
 
 def _tiny_same_upper_model(stride: int = 1, weights_as_constant: bool = False):
@@ -196,6 +217,8 @@ PAGE_TEXT = [
 
 @pytest.fixture(scope="module")
 def rendered_page() -> bytes:
+    if importlib.util.find_spec("pymupdf") is None and (GPUCHECK / "parity.png").is_file():
+        return (GPUCHECK / "parity.png").read_bytes()  # the GPU machine has no PyMuPDF
     return _render_page(PAGE_TEXT)
 
 
@@ -207,10 +230,10 @@ def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
     from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
     from ocrstream.settings import OcrSettings
 
-    ort_page = OcrEngine(OcrSettings(backend="onnxruntime", threads=2)).recognize([rendered_page])[
-        0
-    ]
-    torch_engine = OcrEngine(OcrSettings(backend="torch", threads=2))
+    ort_page = OcrEngine(
+        OcrSettings(backend="onnxruntime", threads=2, model_dir=_model_dir())
+    ).recognize([rendered_page])[0]
+    torch_engine = OcrEngine(OcrSettings(backend="torch", threads=2, model_dir=_model_dir()))
     torch_page = torch_engine.recognize([rendered_page])[0]
     device_page = DevicePipeline.from_engine(torch_engine).recognize([rendered_page])[0]
     texts = [ln.text for ln in ort_page.lines]
@@ -542,12 +565,14 @@ def test_torch_cuda_matches_onnxruntime_text(rendered_page: bytes) -> None:
 
     want = [
         ln.text
-        for ln in OcrEngine(OcrSettings(backend="onnxruntime", threads=2))
+        for ln in OcrEngine(OcrSettings(backend="onnxruntime", threads=2, model_dir=_model_dir()))
         .recognize([rendered_page])[0]
         .lines
     ]
     for precision in ("fp16", "bf16"):
-        engine = OcrEngine(OcrSettings(backend="torch", device="cuda", precision=precision))
+        engine = OcrEngine(
+            OcrSettings(backend="torch", device="cuda", precision=precision, model_dir=_model_dir())
+        )
         assert [ln.text for ln in engine.recognize([rendered_page])[0].lines] == want
         device = DevicePipeline.from_engine(engine).recognize([rendered_page])[0]
         assert [ln.text for ln in device.lines] == want

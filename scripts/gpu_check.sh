@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# The one prepared GPU check: the torch backend on CUDA (parity, then pages/s by batch size).
+#
+# Two steps, because the GPU machine (the `run` tool's H200: Python 3.12 with torch cu13,
+# torchvision, onnx, CPU onnxruntime, opencv, numpy; no TensorRT, no network) cannot download
+# anything and takes at most 64 MiB of working tree + carried files:
+#
+#   1. here, on the dev machine (PyPI reachable, the project's venv installed):
+#          bash scripts/gpu_check.sh prepare
+#      fills .whl/ (git-ignored): small cp312 wheels the image lacks (onnx2torch, pydantic,
+#      pydantic-settings, pyclipper, shapely, rapidfuzz and their needs), the PP-OCRv6 small
+#      det/rec ONNX files (checked against the pinned SHA-256) as a model dir, 6 synthetic
+#      300-DPI A4 pages in the SROIE layout (img/ + box/ ground truth) and a rendered parity
+#      page. About 50 MiB.
+#   2. on the GPU machine, with the run tool, carry [".whl"], timeout_s 540:
+#          bash scripts/gpu_check.sh run
+#      installs the wheels into /tmp/site, then writes to $OUT:
+#        gpu_check.log      everything printed
+#        nvidia-smi.txt     the GPU
+#        pytest.txt         the gpu-marked and torch tests of tests/unit/test_backends_gpu.py
+#        gpu_bench.json     parity results and pages/s per batch size (1..64), fp16 and bf16,
+#                           nvjpeg decode + device pre-processing, CER against ground truth
+#      It runs about 3-5 minutes (model conversion, cuDNN autotuning, ~330 pages).
+#   0. optional, here, after prepare: bash scripts/gpu_check.sh dry-run
+#      runs the same steps on this CPU (project venv, batch 1; slow) to check the script.
+#
+# Results go into docs/benchmarks.md ("Engine (GPU)"), with the command and the machine.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODE="${1:-}"
+DATA=.whl/gpucheck
+
+prepare() {
+  set -e
+  local py=.venv/bin/python
+  mkdir -p .whl "$DATA/models" "$DATA/a4"
+  local plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+              --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
+              --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
+  for pkg in onnx2torch==1.5.15 pydantic pydantic-core pydantic-settings python-dotenv \
+             typing-inspection annotated-types typing-extensions pyclipper shapely rapidfuzz; do
+    $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+      --implementation cp "${plat[@]}" -d .whl "$pkg"
+  done
+  $py - "$DATA" <<'EOF'
+import shutil
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pymupdf
+
+from ocrstream.bench.datasets import render_a4_page
+from ocrstream.processors.ocr.models import MODEL_SETS, verify
+
+out = Path(sys.argv[1])
+spec = MODEL_SETS["ppocrv6-small"]
+shutil.copyfile(verify(spec.det), out / "models" / "det.onnx")
+shutil.copyfile(verify(spec.rec), out / "models" / "rec.onnx")
+(out / "models" / "SHA256SUMS").write_text(
+    f"{spec.det.sha256}  det.onnx\n{spec.rec.sha256}  rec.onnx\n")
+(out / "a4" / "img").mkdir(parents=True, exist_ok=True)
+(out / "a4" / "box").mkdir(parents=True, exist_ok=True)
+for i in range(6):
+    data, lines = render_a4_page(100 + i)
+    (out / "a4" / "img" / f"{i:03d}.jpg").write_bytes(data)
+    rows = [",".join(f"{v:.1f}" for p in ln.polygon for v in p) + "," + ln.text for ln in lines]
+    (out / "a4" / "box" / f"{i:03d}.csv").write_text("\n".join(rows) + "\n")
+# the parity page of tests/unit/test_backends_gpu.py (no PyMuPDF on the GPU machine)
+sys.path.insert(0, ".")
+from tests.unit.test_backends_gpu import PAGE_TEXT, _render_page
+
+(out / "parity.png").write_bytes(_render_page(PAGE_TEXT))
+print("prepared", out, sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) >> 20, "MiB")
+EOF
+  du -sh .whl
+}
+
+run() {
+  local py=python3
+  if [ "$MODE" = dry-run ]; then
+    # the same steps on this machine's CPU (the project venv, no wheels): checks the script
+    py=.venv/bin/python
+    OUT="${OUT:-$(mktemp -d)}"
+    export GPUCHECK_DEVICE=cpu GPUCHECK_BATCHES="${GPUCHECK_BATCHES:-1}" GPUCHECK_TIMEOUT=1200
+  fi
+  : "${OUT:?run on the GPU machine, where the run tool sets OUT}"
+  exec > >(tee "$OUT/gpu_check.log") 2>&1
+  export PYTHONUNBUFFERED=1
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+  if [ "$MODE" = run ]; then
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site .whl/*.whl || { echo "wheel install failed"; exit 1; }
+    export PYTHONPATH="/tmp/site:$PWD"
+  fi
+  (cd "$DATA/models" && sha256sum -c SHA256SUMS) || exit 1
+  $py -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision',
+  torchvision.__version__, 'cuda', torch.cuda.is_available())"
+
+  echo "== pytest (torch and gpu tests)"
+  timeout 240 $py -m pytest -q -p no:cacheprovider -o addopts="" -rs \
+    tests/unit/test_backends_gpu.py 2>&1 | tee "$OUT/pytest.txt"
+
+  echo "== parity and pages/s"
+  timeout "${GPUCHECK_TIMEOUT:-300}" $py - "$DATA" "$OUT/gpu_bench.json" <<'EOF'
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ocrstream.bench.cer import CerCounts, page_cer
+from ocrstream.bench.datasets import load_sroie
+from ocrstream.bench.engine import machine
+from ocrstream.processors.ocr.engine import OcrEngine
+from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
+from ocrstream.settings import OcrSettings
+
+data, out_path = Path(sys.argv[1]), Path(sys.argv[2])
+models = data / "models"
+# GPUCHECK_DEVICE=cpu GPUCHECK_BATCHES=1,2 OUT=/tmp/x: a dry run of this script without a GPU
+DEVICE = os.environ.get("GPUCHECK_DEVICE", "cuda")
+BATCHES = [int(b) for b in os.environ.get("GPUCHECK_BATCHES", "1,2,4,8,16,32,64").split(",")]
+ON_GPU = DEVICE.startswith("cuda")
+
+
+def sync():
+    if ON_GPU:
+        torch.cuda.synchronize()
+
+report = {"machine": machine(), "parity": {}, "runs": []}
+
+
+def save():
+    out_path.write_text(json.dumps(report, indent=2))
+
+
+def texts(page):
+    return [ln.text for ln in page.lines]
+
+
+parity_page = (data / "parity.png").read_bytes()
+ref = texts(OcrEngine(OcrSettings(backend="onnxruntime", model_dir=models, threads=8))
+            .recognize([parity_page])[0])
+report["parity"]["onnxruntime_cpu"] = ref
+for precision in ("fp16", "bf16"):
+    eng = OcrEngine(OcrSettings(backend="torch", device=DEVICE, precision=precision,
+                                model_dir=models))
+    host = texts(eng.recognize([parity_page])[0])
+    dev = texts(DevicePipeline.from_engine(eng).recognize([parity_page])[0])
+    report["parity"][f"torch_{precision}"] = {"engine_path_same": host == ref,
+                                              "device_path_same": dev == ref,
+                                              "engine_path": host, "device_path": dev}
+    print(precision, "engine path same text:", host == ref, "device path:", dev == ref)
+save()
+
+samples = load_sroie(data / "a4")
+blobs = [s.path.read_bytes() for s in samples]
+
+
+_engines = {}
+
+
+def engine(precision):
+    """One engine per precision (the onnx2torch conversion is paid once), batches up to 64."""
+    if precision not in _engines:
+        _engines[precision] = OcrEngine(OcrSettings(
+            backend="torch", device=DEVICE, precision=precision, model_dir=models,
+            det_batch=64, rec_batch=256))
+    return _engines[precision]
+
+
+def bench(precision, batch, device_path, min_pages):
+    eng = engine(precision)
+    rec_params = dataclasses.replace(eng.rec_params, max_batch_width=256 * 320)
+    pipe = DevicePipeline(eng._det, eng._rec, eng._charset, det_params=eng.det_params,
+                          rec_params=rec_params, det_batch=batch, rec_batch=256,
+                          min_confidence=eng.settings.min_confidence, device=DEVICE)
+    call = pipe.recognize if device_path else eng.recognize
+    n = max(min_pages, 2 * batch)
+    order = [i % len(blobs) for i in range(n)]
+    for _ in range(2):  # warm-up: cuDNN autotune for this batch's shapes
+        call([blobs[i] for i in order[:batch]])
+    sync()
+    if ON_GPU:
+        torch.cuda.reset_peak_memory_stats()
+    stage, norm = {}, CerCounts()
+    start = time.perf_counter()
+    for b in range(0, n, batch):
+        idx = order[b:b + batch]
+        for i, page in zip(idx, call([blobs[i] for i in idx])):
+            norm += page_cer([_line(ln) for ln in page.lines], samples[i].gt, normalised=True)
+            for k, v in page.timings_ms.items():
+                stage[k] = stage.get(k, 0.0) + v
+    sync()
+    wall = time.perf_counter() - start
+    run = {"precision": precision, "batch": batch, "device_pipeline": device_path, "pages": n,
+           "wall_s": round(wall, 3), "pages_per_s": round(n / wall, 2),
+           "stage_ms_per_page": {k: round(v / n, 1) for k, v in stage.items()},
+           "cer_norm": round(norm.cer, 4),
+           "gpu_peak_mem_gb": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+           if ON_GPU else None}
+    print(json.dumps(run))
+    report["runs"].append(run)
+    save()
+
+
+def _line(ln):
+    from ocrstream.bench.cer import TextLine
+    return TextLine(ln.text, tuple(tuple(p) for p in ln.polygon))
+
+
+MIN_PAGES = 24 if ON_GPU else 2
+for batch in BATCHES:
+    bench("fp16", batch, True, MIN_PAGES)
+for batch in (8, 32) if ON_GPU else BATCHES[:1]:
+    bench("fp16", batch, False, MIN_PAGES)  # the engine's host path: CPU decode, numpy I/O
+bench("bf16", 32 if ON_GPU else BATCHES[-1], True, MIN_PAGES)
+print("parity", json.dumps({k: (v if k == "onnxruntime_cpu" else
+                                {"engine": v["engine_path_same"], "device": v["device_path_same"]})
+                            for k, v in report["parity"].items()}))
+EOF
+  echo "== done"
+}
+
+case "$MODE" in
+  prepare) prepare ;;
+  run|dry-run) run ;;
+  *) echo "usage: $0 prepare|run|dry-run  (see the comment at the top)"; exit 2 ;;
+esac
