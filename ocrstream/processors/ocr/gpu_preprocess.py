@@ -29,7 +29,9 @@ are the CPU engine's own functions (``det``, ``rec``, ``geometry``), so both pat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,8 +51,10 @@ def _torch() -> Any:
     try:
         import torch
     except ImportError as e:
-        raise FatalError("GPU preprocessing needs PyTorch: pip install 'ocrstream[torch]'",
-                         code="backend_unavailable") from e
+        raise FatalError(
+            "GPU preprocessing needs PyTorch: pip install 'ocrstream[torch]'",
+            code="backend_unavailable",
+        ) from e
     return torch
 
 
@@ -97,8 +101,7 @@ def _decode_host(blob: bytes, decode_image: Any, mode: Any) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(arr[:, :, ::-1])).permute(2, 0, 1)
 
 
-def from_numpy(image: npt.NDArray[np.uint8], device: str, bgr_input: bool = True
-               ) -> torch.Tensor:
+def from_numpy(image: npt.NDArray[np.uint8], device: str, bgr_input: bool = True) -> torch.Tensor:
     """A host image (HxW gray or HxWx3, BGR as OpenCV gives) as a uint8 ``3xHxW`` RGB tensor."""
     torch = _torch()
     arr = image
@@ -145,14 +148,16 @@ def det_tensor(
             x = x.flip(1)
         if tuple(shape) != tuple(im.shape[1:]):
             shrink = shape[0] * shape[1] < im.shape[1] * im.shape[2]
-            x = F.interpolate(x, size=tuple(shape), mode="bilinear", align_corners=False,
-                              antialias=shrink)
+            x = F.interpolate(
+                x, size=tuple(shape), mode="bilinear", align_corners=False, antialias=shrink
+            )
         batch[i] = (x[0] / 255.0 - m) / s
     return batch
 
 
-def _mean_std(mean: Sequence[float], std: Sequence[float], device: Any
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def _mean_std(
+    mean: Sequence[float], std: Sequence[float], device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
     torch = _torch()
     # PaddleOCR applies its mean/std list in the order of the image's channels (BGR).
     m = torch.tensor(list(mean), dtype=torch.float32, device=device).view(3, 1, 1)
@@ -173,17 +178,19 @@ def prob_map_to_host(prob: torch.Tensor) -> npt.NDArray[np.float32]:
 # --------------------------------------------------------------------------- crops
 
 
-def crop_sizes(quads: npt.ArrayLike) -> tuple[npt.NDArray[np.float64],
-                                               npt.NDArray[np.float64],
-                                               npt.NDArray[np.bool_]]:
+def crop_sizes(
+    quads: npt.ArrayLike,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     """Per quad: crop width, height and whether it is turned 90° (as ``geometry.crop_quad``)."""
     from ocrstream.processors.ocr.geometry import VERTICAL_RATIO
 
     q = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
-    w = np.maximum(np.linalg.norm(q[:, 0] - q[:, 1], axis=1),
-                   np.linalg.norm(q[:, 2] - q[:, 3], axis=1))
-    h = np.maximum(np.linalg.norm(q[:, 0] - q[:, 3], axis=1),
-                   np.linalg.norm(q[:, 1] - q[:, 2], axis=1))
+    w = np.maximum(
+        np.linalg.norm(q[:, 0] - q[:, 1], axis=1), np.linalg.norm(q[:, 2] - q[:, 3], axis=1)
+    )
+    h = np.maximum(
+        np.linalg.norm(q[:, 0] - q[:, 3], axis=1), np.linalg.norm(q[:, 1] - q[:, 2], axis=1)
+    )
     w = np.maximum(np.round(w), 1.0)
     h = np.maximum(np.round(h), 1.0)
     return w, h, h >= VERTICAL_RATIO * w
@@ -239,8 +246,9 @@ def crop_lines(
     widths = rec_widths(quads, height, max_width)
     w_max = int(widths.max())
     k = len(q)
-    dst = np.stack([np.zeros(k), np.zeros(k), cw, np.zeros(k), cw, ch, np.zeros(k), ch],
-                   axis=1).reshape(k, 4, 2)
+    dst = np.stack(
+        [np.zeros(k), np.zeros(k), cw, np.zeros(k), cw, ch, np.zeros(k), ch], axis=1
+    ).reshape(k, 4, 2)
     hmat = homographies(torch.from_numpy(q).to(device), torch.from_numpy(dst).to(device))
     # output pixel (u, v) -> crop pixel (half-pixel centres, as cv2.resize) -> page pixel
     us = torch.arange(w_max, device=device, dtype=torch.float64) + 0.5
@@ -259,22 +267,25 @@ def crop_lines(
     src = image.unsqueeze(0).float()
     if bgr:
         src = src.flip(1)
-    out = F.grid_sample(src.expand(k, -1, -1, -1), grid, mode=mode, padding_mode="border",
-                        align_corners=False)
+    # every line's grid stacked into one tall grid: one sampling pass over the page, no
+    # K-fold copy of the page
+    tall = grid.reshape(1, k * height, w_max, 2)
+    out = F.grid_sample(src, tall, mode=mode, padding_mode="border", align_corners=False)
+    out = out.reshape(3, k, height, w_max).permute(1, 0, 2, 3)
     out = (out.clamp(0, 255) / 255.0 - 0.5) / 0.5
     return [out[i, :, :, : int(widths[i])] for i in range(k)]
 
 
-def rec_batch(crops: Sequence[torch.Tensor], width: int | None = None, dtype: Any = None
-              ) -> torch.Tensor:
+def rec_batch(
+    crops: Sequence[torch.Tensor], width: int | None = None, dtype: Any = None
+) -> torch.Tensor:
     """Right-pad normalised crops (``3xHxw``) with zeros into one ``Nx3xHxW`` batch."""
     torch = _torch()
     if not crops:
         raise ValueError("rec_batch needs at least one crop")
     w = max(width or 0, max(int(c.shape[-1]) for c in crops))
     h = int(crops[0].shape[1])
-    batch = torch.zeros((len(crops), 3, h, w), dtype=dtype or torch.float32,
-                        device=crops[0].device)
+    batch = torch.zeros((len(crops), 3, h, w), dtype=dtype or torch.float32, device=crops[0].device)
     for i, c in enumerate(crops):
         batch[i, :, :, : c.shape[-1]] = c
     return batch
@@ -286,12 +297,12 @@ def rec_batch(crops: Sequence[torch.Tensor], width: int | None = None, dtype: An
 def ctc_greedy(probs: torch.Tensor) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
     """Argmax class and its probability per time step (``NxTxC`` in, two ``NxT`` out)."""
     values, index = probs.max(dim=-1)
-    return (index.to(dtype=_torch().int32).cpu().numpy(),
-            values.float().cpu().numpy())
+    return (index.to(dtype=_torch().int32).cpu().numpy(), values.float().cpu().numpy())
 
 
-def ctc_collapse(index: npt.NDArray[np.int32], values: npt.NDArray[np.float32],
-                 charset: Sequence[str]) -> list[tuple[str, float]]:
+def ctc_collapse(
+    index: npt.NDArray[np.int32], values: npt.NDArray[np.float32], charset: Sequence[str]
+) -> list[tuple[str, float]]:
     """Greedy CTC decode of :func:`ctc_greedy`'s arrays: drop repeats and blanks (index 0)."""
     out: list[tuple[str, float]] = []
     if index.size == 0:
@@ -336,22 +347,34 @@ class DevicePipeline:
     ) -> None:
         for session in (det, rec):
             if not hasattr(session, "run_torch"):
-                raise FatalError(f"{type(session).__name__} has no device path (run_torch)",
-                                 code="bad_config")
+                raise FatalError(
+                    f"{type(session).__name__} has no device path (run_torch)", code="bad_config"
+                )
         self.det, self.rec, self.charset = det, rec, tuple(charset)
         self.det_params, self.rec_params = det_params, rec_params
         self.det_batch, self.rec_batch = max(1, det_batch), max(1, rec_batch)
         self.min_confidence = min_confidence
         self.device = getattr(det, "device", device)
+        # DB post-processing of a det batch's pages in parallel (OpenCV releases the GIL)
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="db-post"
+        )
 
     @classmethod
     def from_engine(cls, engine: Any) -> DevicePipeline:
         """Reuse an :class:`OcrEngine`'s loaded sessions, charset and parameters."""
         settings = engine.settings
-        return cls(engine._det, engine._rec, engine._charset,
-                   det_params=engine.det_params, rec_params=engine.rec_params,
-                   det_batch=settings.det_batch, rec_batch=settings.rec_batch,
-                   min_confidence=settings.min_confidence, device=settings.device)
+        return cls(
+            engine._det,
+            engine._rec,
+            engine._charset,
+            det_params=engine.det_params,
+            rec_params=engine.rec_params,
+            det_batch=settings.det_batch,
+            rec_batch=settings.rec_batch,
+            min_confidence=settings.min_confidence,
+            device=settings.device,
+        )
 
     def _sync(self) -> None:
         torch = _torch()
@@ -373,8 +396,9 @@ class DevicePipeline:
         encoded = [i for i, p in enumerate(pages) if isinstance(p, bytes | bytearray)]
         images: list[Any] = list(pages)
         if encoded:
-            for i, img in zip(encoded, decode_images([bytes(pages[i]) for i in encoded],
-                                                     self.device), strict=True):
+            for i, img in zip(
+                encoded, decode_images([bytes(pages[i]) for i in encoded], self.device), strict=True
+            ):
                 images[i] = img
         self._sync()
         for m in ms:
@@ -388,9 +412,13 @@ class DevicePipeline:
             t = time.perf_counter()
             x = det_tensor([images[i] for i in idx], shape, p.mean, p.std)
             maps = prob_map_to_host(self.det.run_torch(x))
-            for j, i in enumerate(idx):
+
+            def post(j: int, i: int, maps: Any = maps) -> list[Any]:
                 found = det_mod.boxes_from_map(maps[j], sizes[i][0], sizes[i][1], p)
-                boxes[i] = [found[k] for k in reading_order([b.quad for b in found])]
+                return [found[k] for k in reading_order([b.quad for b in found])]
+
+            for i, found in zip(idx, self._pool.map(post, range(len(idx)), idx), strict=True):
+                boxes[i] = found
             share = (time.perf_counter() - t) * 1000 / len(idx)
             for i in idx:
                 ms[i]["det"] += share
@@ -426,7 +454,13 @@ class DevicePipeline:
                     poly = tuple((float(x), float(y)) for x, y in box.quad.tolist())
                     lines.append(Line(text=text, confidence=conf, polygon=poly))  # type: ignore[arg-type]
             ms[i]["total"] = ms[i]["decode"] + ms[i]["det"] + ms[i]["rec"]
-            out.append(PageOCR(width=sizes[i][1], height=sizes[i][0], lines=tuple(lines),
-                               status="ok" if lines else "empty",
-                               timings_ms={k: round(v, 2) for k, v in ms[i].items()}))
+            out.append(
+                PageOCR(
+                    width=sizes[i][1],
+                    height=sizes[i][0],
+                    lines=tuple(lines),
+                    status="ok" if lines else "empty",
+                    timings_ms={k: round(v, 2) for k, v in ms[i].items()},
+                )
+            )
         return out
