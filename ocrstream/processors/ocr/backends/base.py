@@ -33,6 +33,7 @@ class SessionOptions:
     opt_shape: tuple[int, int, int, int] | None = None
     max_shape: tuple[int, int, int, int] | None = None
     cache_dir: Path | None = None
+    compile: bool = False  # torch: wrap the converted module in torch.compile (GPU workers)
 
 
 @runtime_checkable

@@ -76,8 +76,9 @@ def resolve_device(device: str) -> str:
     if name == "cpu":
         return "cpu"
     if not name.startswith("cuda"):
-        raise FatalError(f"the torch backend runs on cpu or cuda, not {device!r}",
-                         code="backend_unavailable")
+        raise FatalError(
+            f"the torch backend runs on cpu or cuda, not {device!r}", code="backend_unavailable"
+        )
     if not torch.cuda.is_available():
         raise FatalError(
             f"device {device!r} was asked for but torch sees no CUDA GPU "
@@ -86,8 +87,10 @@ def resolve_device(device: str) -> str:
         )
     index = int(name.split(":", 1)[1]) if ":" in name else 0
     if index >= torch.cuda.device_count():
-        raise FatalError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)",
-                         code="gpu_unavailable")
+        raise FatalError(
+            f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s)",
+            code="gpu_unavailable",
+        )
     return f"cuda:{index}"
 
 
@@ -98,8 +101,9 @@ def torch_dtype(precision: str, device: str) -> Any:
         return torch.float32
     name = _DTYPES.get(precision.lower())
     if name is None:
-        raise FatalError(f"unknown precision {precision!r}; use fp32, fp16 or bf16",
-                         code="bad_config")
+        raise FatalError(
+            f"unknown precision {precision!r}; use fp32, fp16 or bf16", code="bad_config"
+        )
     return getattr(torch, name)
 
 
@@ -139,9 +143,7 @@ def _explicit_same_padding(node: onnx.NodeProto, helper: Any) -> None:
         return
     kernel = list(helper.get_attribute_value(attrs["kernel_shape"]))
     strides = list(helper.get_attribute_value(attrs["strides"])) if "strides" in attrs else []
-    dilations = (
-        list(helper.get_attribute_value(attrs["dilations"])) if "dilations" in attrs else []
-    )
+    dilations = list(helper.get_attribute_value(attrs["dilations"])) if "dilations" in attrs else []
     if any(s != 1 for s in strides):
         raise FatalError(
             f"{node.op_type} node {node.name!r} uses auto_pad={mode} with strides {strides}: "
@@ -173,14 +175,15 @@ def convert(model_path: Path) -> torch.nn.Module:
     try:
         model = prepare_onnx(onnx.load(str(model_path)))
     except (OSError, DecodeError) as e:
-        raise FatalError(f"cannot read ONNX model {model_path}: {e}",
-                         code="model_invalid") from e
+        raise FatalError(f"cannot read ONNX model {model_path}: {e}", code="model_invalid") from e
     with _convert_lock:  # onnx2torch keeps module-level registries; convert one at a time
         try:
             module = onnx2torch_convert(model)
         except (NotImplementedError, KeyError, ValueError, RuntimeError) as e:
-            raise FatalError(f"onnx2torch cannot convert {model_path.name}: "
-                             f"{type(e).__name__}: {e}", code="model_unsupported") from e
+            raise FatalError(
+                f"onnx2torch cannot convert {model_path.name}: {type(e).__name__}: {e}",
+                code="model_unsupported",
+            ) from e
     return module.eval()
 
 
@@ -205,13 +208,17 @@ class TorchSession:
             # Shapes are bucketed by the engine, so cuDNN's autotuner meets few distinct
             # shapes and pays for itself after the first batch of each.
             torch.backends.cudnn.benchmark = True
-        if getattr(options, "compile", False):
+        if options.compile:
             module = torch.compile(module, dynamic=True)
         self._module = module
         self._stream = torch.cuda.Stream(device=self.device) if self.device != "cpu" else None
-        log.info("torch %s session on %s (%s)%s", kind, self.device,
-                 str(self.dtype).removeprefix("torch."),
-                 " compiled" if getattr(options, "compile", False) else "")
+        log.info(
+            "torch %s session on %s (%s)%s",
+            kind,
+            self.device,
+            str(self.dtype).removeprefix("torch."),
+            " compiled" if options.compile else "",
+        )
 
     def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The InferSession contract: numpy NCHW float32 in, first output float32 out."""
