@@ -8,9 +8,10 @@ changelogs are written to that partition too.
 - ``assembler-documents`` (json): per doc_id the page count, which pages are in (a bitmap),
   which failed, the scan's attributes and, once emitted, the terminal status. A terminal entry
   stays (small) so that a replayed or duplicated page never emits a second event.
-- ``assembler-pages`` (raw): the Avro bytes of each page's first usable result, keyed
-  ``doc_id/page_no``; deleted once the document is done. A failed page is replaced by a later
-  ok duplicate.
+- ``assembler-pages`` (json): the Avro bytes (base64: faust's changelog recovery decodes
+  with the app's json serializer whatever the table's schema says) of each page's first usable
+  result, keyed ``doc_id/page_no``; deleted once the document is done. A failed page is
+  replaced by a later ok duplicate.
 
 When every page is in, or no page arrived for ``deadline_s`` (then ``partial`` with the
 missing pages listed), the document is finished: document.json, .txt and .pdf are written to
@@ -30,6 +31,7 @@ mark is flushed to the changelog right after the event is delivered; only a cras
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import tempfile
 import time
@@ -119,10 +121,7 @@ class Assembler:
             key_serializer="raw", value_serializer="raw", partitions=partitions, internal=True,
         )  # fmt: skip
         self.docs = app.Table("assembler-documents", default=None, partitions=partitions)
-        self.pages = app.Table(
-            "assembler-pages", default=None, partitions=partitions,
-            schema=faust.Schema(key_type=str, value_type=bytes, value_serializer="raw"),
-        )  # fmt: skip
+        self.pages = app.Table("assembler-pages", default=None, partitions=partitions)
         self._finishing: set[str] = set()
         self._marked: dict[str, float] = {}
         self._partitioner = DefaultPartitioner()
@@ -166,15 +165,18 @@ class Assembler:
         if bit_test(bitmap, page_no):
             if page_no in failed and not is_failed:  # a retry succeeded: keep the better one
                 failed.discard(page_no)
-                self.pages[key] = raw
+                self.pages[key] = _b64(raw)
             else:
                 self.metrics.pages.labels(STAGE, "duplicate").inc()
+                if int(doc.get("done", 0)) >= page_count:
+                    # A replay after a crash between "all pages in" and the terminal event.
+                    await self._finish(doc_id)
                 return
         else:
             bitmap = bit_set(bitmap, page_no)
             if is_failed:
                 failed.add(page_no)
-            self.pages[key] = raw
+            self.pages[key] = _b64(raw)
         done = int(doc.get("done", 0)) + (0 if bit_test(doc.get("bitmap", ""), page_no) else 1)
         now = time.time()
         doc.update(
@@ -223,7 +225,8 @@ class Assembler:
         return tp in self.app.consumer.assignment()
 
     async def scan_deadlines(self) -> None:
-        """Timer: mark documents that made no progress for ``deadline_s``."""
+        """Timer: mark documents that made no progress for ``deadline_s``, and complete ones
+        left unfinished by a crash."""
         now = time.time()
         for doc_id, doc in list(self.docs.items()):
             if not doc or doc.get("terminal"):
@@ -231,7 +234,15 @@ class Assembler:
             if self._marked.get(doc_id, 0.0) > now - self.settings.deadline_s:
                 continue
             if doc.get("done"):
-                overdue = now - float(doc.get("updated_at", now)) >= self.settings.deadline_s
+                idle = now - float(doc.get("updated_at", now))
+                # Complete but never finished (a crash in between; nothing may be replayed if
+                # the offsets were committed): finish it soon, not at the deadline.
+                complete = int(doc["done"]) >= int(doc.get("page_count", 0))
+                overdue = idle >= self.settings.deadline_s or (
+                    complete
+                    and idle >= 2 * self.settings.scan_interval_s
+                    and doc_id not in self._finishing
+                )
                 marker = DEADLINE
             else:
                 overdue = now - float(doc.get("scan_at", now)) >= SCAN_ONLY_TTL_S
@@ -254,13 +265,11 @@ class Assembler:
                     del self.docs[doc_id]
                     return
                 age = time.time() - float(doc.get("updated_at", 0))
-                if event.value == DEADLINE and age >= self.settings.deadline_s:
-                    log.warning(
-                        "deadline passed for %s: %s of %s pages in",
-                        doc_id,
-                        doc.get("done"),
-                        doc.get("page_count"),
-                    )
+                complete = int(doc.get("done", 0)) >= int(doc.get("page_count", 0))
+                if event.value == DEADLINE and (complete or age >= self.settings.deadline_s):
+                    if not complete:
+                        log.warning("deadline passed for %s: %s of %s pages in", doc_id,
+                                    doc.get("done"), doc.get("page_count"))  # fmt: skip
                     await self._finish(doc_id)
             except Exception:
                 log.exception("deadline handling failed")
@@ -284,9 +293,9 @@ class Assembler:
         page_count = int(doc["page_count"])
         results: list[PageResult] = []
         for page_no in range(1, page_count + 1):
-            raw = self.pages.get(f"{doc_id}/{page_no}")
-            if raw is not None:
-                results.append(self.codec.decode_as(raw, PageResult))
+            stored = self.pages.get(f"{doc_id}/{page_no}")
+            if stored is not None:
+                results.append(self.codec.decode_as(base64.b64decode(stored), PageResult))
         submitted_at = _from_ms(int(doc.get("submitted_at") or _ms(time.time())))
         completed_at = utc_now()
         assembled = outputs.assemble_document(
@@ -392,6 +401,10 @@ class Assembler:
         )
         await fut
         self.metrics.dlq.labels(STAGE, letter.error_code).inc()
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _from_ms(ms: int) -> Any:

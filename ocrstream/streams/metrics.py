@@ -161,8 +161,19 @@ class Metrics:
         )
         self.autoscaler_replicas = Gauge(
             "autoscaler_replicas",
-            "OCR worker replicas of the local autoscaler (current, desired).",
-            ["state"],
+            "OCR worker processes the local autoscaler runs now.",
+            namespace=ns,
+            registry=reg,
+        )
+        self.autoscaler_desired_replicas = Gauge(
+            "autoscaler_desired_replicas",
+            "OCR worker processes the local autoscaler's rule asks for.",
+            namespace=ns,
+            registry=reg,
+        )
+        self.autoscaler_lag = Gauge(
+            "autoscaler_lag",
+            "The consumer lag the local autoscaler decided on.",
             namespace=ns,
             registry=reg,
         )
