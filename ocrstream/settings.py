@@ -163,7 +163,7 @@ class OcrSettings(BaseSettings):
     )
     threads: int = Field(default_factory=lambda: os.cpu_count() or 1)
     precision: str = "fp16"
-    det_limit_side: int = 1280
+    det_limit_side: int = 1600
     det_batch: int = 4
     rec_batch: int = 64
     rec_height: int = 48

@@ -1,0 +1,89 @@
+"""OpenVINO on CPU.
+
+Models are read from ONNX with dynamic batch and spatial dims, compiled once per process with
+the LATENCY hint (the engine runs one request at a time, already batched, so THROUGHPUT's extra
+streams only split the cores between idle requests), and cached compiled in
+``SessionOptions.cache_dir`` so a restarted worker skips most of the compile.
+
+Precision: f32 unless the settings ask for ``bf16`` explicitly. OpenVINO would pick bf16 by
+itself on CPUs with AVX512-BF16/AMX; that is faster but changes the text now and then, and a
+backend choice must not change results behind the user's back.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.errors import FatalError
+from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
+
+_core_lock = threading.Lock()
+_core: Any = None
+
+
+def _shared_core() -> Any:
+    global _core
+    with _core_lock:
+        if _core is None:
+            import openvino as ov
+
+            _core = ov.Core()
+        return _core
+
+
+class OpenVinoSession:
+    backend = "openvino"
+
+    def __init__(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> None:
+        if options.device != "cpu":
+            raise FatalError(
+                f"the openvino backend runs on CPU here, not {options.device!r}",
+                code="backend_unavailable",
+            )
+        core = _shared_core()
+        config: dict[str, Any] = {
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_NUM_THREADS": max(1, options.threads),
+            "INFERENCE_PRECISION_HINT": "bf16" if options.precision == "bf16" else "f32",
+        }
+        if options.cache_dir is not None:
+            cache = Path(options.cache_dir) / "openvino"
+            cache.mkdir(parents=True, exist_ok=True)
+            config["CACHE_DIR"] = str(cache)
+        try:
+            model = core.read_model(str(model_path))
+            model.reshape({model.inputs[0].any_name: _dynamic_shape(kind, options)})
+            self._compiled = core.compile_model(model, "CPU", config)
+        except Exception as e:  # OpenVINO raises RuntimeError subclasses freely
+            raise FatalError(f"openvino cannot compile {model_path}: {e}") from e
+        self._request = self._compiled.create_infer_request()
+        self.device = "cpu"
+        self.kind = kind
+
+    def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        self._request.infer({0: np.ascontiguousarray(batch, dtype=np.float32)})
+        return np.array(self._request.get_output_tensor(0).data, dtype=np.float32)
+
+
+def _dynamic_shape(kind: ModelKind, options: SessionOptions) -> Any:
+    """Keep every dim dynamic but for channels (and the rec/cls height when it is fixed)."""
+    import openvino as ov
+
+    if options.min_shape and options.max_shape:
+        dims = zip(options.min_shape, options.max_shape, strict=True)
+        return ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in dims])
+    if kind == "det":
+        return ov.PartialShape([-1, 3, -1, -1])
+    return ov.PartialShape([-1, 3, options.opt_shape[2] if options.opt_shape else -1, -1])
+
+
+class OpenVinoBackend:
+    name = "openvino"
+
+    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> OpenVinoSession:
+        return OpenVinoSession(model_path, kind, options)

@@ -1,0 +1,150 @@
+"""Text detection: DB (differentiable binarisation) on batches of pages.
+
+Pre-processing scales each page into a pixel budget (see :func:`det_shape`; small pages such
+as 150-DPI receipts are enlarged) and snaps both sides to multiples of 32, which the network
+needs. The snapped shape is a function
+of the page alone, and only pages of the same shape share a batch: a page's input tensor, and
+so its boxes, are the same alone or in a batch (no padding from neighbours).
+
+Post-processing follows PaddleOCR's DBPostProcess: threshold the probability map, dilate with a
+2×2 kernel, find contours, take each contour's minimum-area rectangle, score it by the mean
+probability inside it, grow it back (the network predicts shrunk kernels) with a polygon offset,
+and scale it to page pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.processors.ocr.geometry import Quad, clip_quad, min_box, unclip
+
+ImageBGR = npt.NDArray[np.uint8]
+FloatArray = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class DetParams:
+    limit_side: int = 1600
+    min_side: int = 736
+    max_side: int = 4096
+    thresh: float = 0.3
+    box_thresh: float = 0.5
+    unclip_ratio: float = 1.6
+    max_candidates: int = 1000
+    min_size: float = 3.0
+    dilate: bool = False
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """A detected text line in page pixels, with its mean probability."""
+
+    quad: Quad
+    score: float
+
+
+def det_shape(height: int, width: int, params: DetParams) -> tuple[int, int]:
+    """The network input (height, width) for a page: multiples of 32 within a pixel budget.
+
+    The budget is the area of an A4-shaped page whose longer side is ``limit_side``
+    (1280 → 1280×905): text size on a page depends on its DPI, not its shape, so a long
+    receipt gets the same number of pixels as a letter page instead of being squeezed to
+    ``limit_side`` tall. Small pages are enlarged until the shorter side reaches
+    ``min_side``, within the same budget.
+    """
+    budget = params.limit_side * params.limit_side / math.sqrt(2.0)
+    area = float(height * width)
+    short = min(height, width)
+    ratio = 1.0
+    if short < params.min_side:
+        ratio = params.min_side / short
+    if area * ratio * ratio > budget:
+        ratio = math.sqrt(budget / area)
+    ratio = min(ratio, params.max_side / max(height, width))
+    rh = max(32, round(height * ratio / 32) * 32)
+    rw = max(32, round(width * ratio / 32) * 32)
+    return rh, rw
+
+
+def normalise(image: ImageBGR, shape: tuple[int, int], params: DetParams) -> FloatArray:
+    """Resize to ``shape`` and normalise to CHW float32: (BGR/255 - mean) / std."""
+    rh, rw = shape
+    h, w = image.shape[:2]
+    interp = cv2.INTER_AREA if rh * rw < h * w else cv2.INTER_LINEAR
+    resized = cv2.resize(image, (rw, rh), interpolation=interp)
+    scale = (1.0 / (255.0 * np.asarray(params.std, np.float32))).astype(np.float32)
+    shift = (np.asarray(params.mean, np.float32) * 255.0).astype(np.float32)
+    out = (resized.astype(np.float32) - shift) * scale
+    return np.ascontiguousarray(out.transpose(2, 0, 1))
+
+
+def plan_batches(
+    shapes: Sequence[tuple[int, int]], max_batch: int
+) -> list[tuple[tuple[int, int], list[int]]]:
+    """Group page indices by input shape, in chunks of at most ``max_batch``; biggest first."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i, shape in enumerate(shapes):
+        groups[shape].append(i)
+    batches: list[tuple[tuple[int, int], list[int]]] = []
+    for shape, idx in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        for start in range(0, len(idx), max(1, max_batch)):
+            batches.append((shape, idx[start : start + max_batch]))
+    return batches
+
+
+def boxes_from_map(
+    prob: FloatArray, page_height: int, page_width: int, params: DetParams
+) -> list[Box]:
+    """DB post-processing of one probability map (H×W) into boxes in page pixels."""
+    map_h, map_w = prob.shape
+    bitmap: npt.NDArray[np.uint8] = (prob > params.thresh).astype(np.uint8)
+    if params.dilate:
+        bitmap = np.asarray(cv2.dilate(bitmap, np.ones((2, 2), np.uint8)), np.uint8)
+    contours, _ = cv2.findContours(bitmap, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+    sx, sy = page_width / map_w, page_height / map_h
+    boxes: list[Box] = []
+    for contour in contours[: params.max_candidates]:
+        if len(contour) < 3:
+            continue
+        quad, short = min_box(np.asarray(contour))
+        if short < params.min_size:
+            continue
+        score = box_score(prob, quad)
+        if score < params.box_thresh:
+            continue
+        grown = unclip(quad, params.unclip_ratio)
+        if grown is None or len(grown) < 3:
+            continue
+        quad, short = min_box(grown)
+        if short < params.min_size + 2:
+            continue
+        quad = quad * np.array([sx, sy], np.float32)
+        quad = clip_quad(quad, page_width, page_height)
+        w = float(np.linalg.norm(quad[1] - quad[0]))
+        h = float(np.linalg.norm(quad[3] - quad[0]))
+        if w <= 3 or h <= 3:
+            continue
+        boxes.append(Box(quad=quad.astype(np.float32), score=score))
+    return boxes
+
+
+def box_score(prob: FloatArray, quad: Quad) -> float:
+    """Mean probability inside the quad, computed on its bounding crop only."""
+    h, w = prob.shape
+    x0 = int(np.clip(math.floor(float(quad[:, 0].min())), 0, w - 1))
+    x1 = int(np.clip(math.ceil(float(quad[:, 0].max())), 0, w - 1))
+    y0 = int(np.clip(math.floor(float(quad[:, 1].min())), 0, h - 1))
+    y1 = int(np.clip(math.ceil(float(quad[:, 1].max())), 0, h - 1))
+    mask = np.zeros((y1 - y0 + 1, x1 - x0 + 1), dtype=np.uint8)
+    pts = (quad - np.array([x0, y0], np.float32)).round().astype(np.int32)
+    cv2.fillPoly(mask, [pts], 1)
+    return float(cv2.mean(prob[y0 : y1 + 1, x0 : x1 + 1], mask)[0])

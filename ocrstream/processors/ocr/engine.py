@@ -1,0 +1,326 @@
+"""The OCR engine: many pages in, one :class:`PageOCR` per page out, batched across pages.
+
+One call runs every stage on the whole set of pages before the next stage starts:
+
+decode → (orientation) → (deskew) → det in same-shape batches → reading order → crop and
+rectify every line of every page → (line 0/180 classifier) → rec on width-bucketed batches
+drawn from all pages at once → CTC → lines below ``min_confidence`` dropped.
+
+A page that cannot be decoded or is over the pixel limit comes back ``failed`` with a reason
+code; a page with no text comes back ``empty``; nothing about one page fails another. An error
+of the inference backend itself (out of memory, a broken device) raises, so the caller may retry
+or split the batch; :class:`~ocrstream.errors.FatalError` means the process should stop.
+
+The engine holds loaded sessions and nothing else that changes: a call allocates its own
+buffers. A lock makes concurrent callers take turns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.errors import FatalError, PoisonError
+from ocrstream.processors.imageio import decode_image
+from ocrstream.processors.ocr import det as det_mod
+from ocrstream.processors.ocr import rec as rec_mod
+from ocrstream.processors.ocr.backends import create, session_options
+from ocrstream.processors.ocr.backends.base import Backend, InferSession
+from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small
+from ocrstream.processors.ocr.models import ModelSet, load_model_set
+from ocrstream.processors.ocr.order import reading_order
+from ocrstream.processors.ocr.orientation import classify_orientation, estimate_skew
+from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
+from ocrstream.settings import OcrSettings
+
+log = logging.getLogger(__name__)
+
+ImageBGR = npt.NDArray[np.uint8]
+PageInput = bytes | bytearray | memoryview | npt.NDArray[np.generic]
+K = TypeVar("K")
+
+CLS_SHAPE = (48, 192)
+CLS_THRESH = 0.9
+
+
+@dataclass(slots=True)
+class _Page:
+    """Work state of one page during a call (private, never shared across calls)."""
+
+    image: ImageBGR | None = None
+    result: PageOCR | None = None
+    rotation: int = 0
+    skew: float = 0.0
+    boxes: list[det_mod.Box] = field(default_factory=list)
+    texts: list[tuple[str, float]] = field(default_factory=list)
+    ms: dict[str, float] = field(
+        default_factory=lambda: {"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0}
+    )
+
+
+class OcrEngine:
+    """PP-OCR detection + recognition on one backend; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: OcrSettings | None = None,
+        *,
+        backend: Backend | None = None,
+        models: ModelSet | None = None,
+        det_params: det_mod.DetParams | None = None,
+        rec_params: rec_mod.RecParams | None = None,
+    ) -> None:
+        self.settings = settings = settings or OcrSettings()
+        self.models = models or load_model_set(settings.model, settings.model_dir)
+        self._backend = backend or create(settings)
+        self.det_params = det_params or det_mod.DetParams(
+            limit_side=settings.det_limit_side,
+            mean=self.models.det_mean,
+            std=self.models.det_std,
+        )
+        self.rec_params = rec_params or rec_mod.RecParams(height=settings.rec_height)
+        self.min_confidence = settings.min_confidence
+        h = self.rec_params.height
+        self._det = self._load(
+            self.models.det_path,
+            "det",
+            min_shape=(1, 3, 32, 32),
+            opt_shape=(settings.det_batch, 3, 1280, 960),
+            max_shape=(max(1, settings.det_batch), 3, 4096, 4096),
+        )
+        self._rec = self._load(
+            self.models.rec_path,
+            "rec",
+            min_shape=(1, 3, h, 32),
+            opt_shape=(settings.rec_batch, 3, h, 640),
+            max_shape=(max(1, settings.rec_batch), 3, h, self.rec_params.max_width),
+        )
+        self._cls: InferSession | None = None
+        if settings.use_cls and self.models.cls_path is not None:
+            self._cls = self._load(self.models.cls_path, "cls", opt_shape=(64, 3, *CLS_SHAPE))
+        self._orient: InferSession | None = None
+        if settings.fix_orientation and self.models.orientation_path is not None:
+            self._orient = self._load(
+                self.models.orientation_path, "cls", opt_shape=(8, 3, 224, 224)
+            )
+        self._charset = self._check_charset()
+        self._lock = threading.Lock()
+        self._info = EngineInfo(
+            backend=self._backend.name,
+            model=self.models.name,
+            version=self.models.version,
+            device=settings.device,
+        )
+        log.info(
+            "OCR engine ready: %s on %s (%s), model %s",
+            self._info.backend,
+            self._info.device,
+            settings.threads,
+            self._info.model,
+        )
+
+    @property
+    def info(self) -> EngineInfo:
+        return self._info
+
+    def _load(self, path: object, kind: str, **shape: object) -> InferSession:
+        from pathlib import Path
+
+        options = session_options(self.settings, **shape)
+        return self._backend.load(Path(str(path)), kind, options)  # type: ignore[arg-type]
+
+    def _check_charset(self) -> tuple[str, ...]:
+        """Match the dictionary to the rec model's classes (with or without the space)."""
+        probe = np.zeros((1, 3, self.rec_params.height, self.rec_params.min_width), np.float32)
+        classes = int(self._rec.run(probe).shape[-1])
+        charset = self.models.charset
+        if classes == len(charset):
+            return charset
+        if classes == len(charset) - 1:
+            return charset[:-1]  # trained without use_space_char
+        raise FatalError(
+            f"rec model {self.models.rec_path} has {classes} classes but the dictionary gives "
+            f"{len(charset)} (blank + {len(charset) - 2} characters + space)",
+            code="model_invalid",
+        )
+
+    # --- the batch call -------------------------------------------------------------------
+
+    def recognize(self, images: Sequence[PageInput]) -> list[PageOCR]:
+        """Recognise many pages in one call: BGR/gray arrays or encoded image bytes."""
+        with self._lock:
+            return self._recognize(images)
+
+    def _recognize(self, images: Sequence[PageInput]) -> list[PageOCR]:
+        pages = [self._decode(img) for img in images]
+        live = [p for p in pages if p.image is not None]
+        if live:
+            if self._orient is not None:
+                self._fix_orientation(live)
+            if self.settings.deskew:
+                self._deskew(live)
+            self._detect(live)
+            self._read(live)
+        return [self._finish(p) for p in pages]
+
+    def _decode(self, data: PageInput) -> _Page:
+        page = _Page()
+        start = time.perf_counter()
+        try:
+            page.image = decode_image(data, max_pixels=self.settings.max_page_pixels)
+        except PoisonError as e:
+            page.result = PageOCR(
+                width=0,
+                height=0,
+                lines=(),
+                status="failed",
+                error_code=e.code,
+                error_message=str(e),
+            )
+        page.ms["decode"] = (time.perf_counter() - start) * 1000
+        return page
+
+    def _fix_orientation(self, pages: list[_Page]) -> None:
+        assert self._orient is not None
+        start = time.perf_counter()
+        turns = classify_orientation(self._orient, [p.image for p in pages if p.image is not None])
+        for page, k in zip(pages, turns, strict=True):
+            if k and page.image is not None:
+                page.image = rotate_page(page.image, k)
+                page.rotation = k * 90
+        share = (time.perf_counter() - start) * 1000 / len(pages)
+        for page in pages:
+            page.ms["orientation"] = share
+
+    def _deskew(self, pages: list[_Page]) -> None:
+        for page in pages:
+            assert page.image is not None
+            start = time.perf_counter()
+            angle = estimate_skew(page.image)
+            if angle:
+                page.image = rotate_small(page.image, angle)
+                page.skew = angle
+            page.ms["deskew"] = (time.perf_counter() - start) * 1000
+
+    def _detect(self, pages: list[_Page]) -> None:
+        params = self.det_params
+        images = [p.image for p in pages if p.image is not None]
+        shapes = [det_mod.det_shape(img.shape[0], img.shape[1], params) for img in images]
+        for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch):
+            start = time.perf_counter()
+            batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])
+            prep = time.perf_counter()
+            probs = self._det.run(batch)
+            infer_share = (time.perf_counter() - prep) * 1000 / len(idx)
+            prep_share = (prep - start) * 1000 / len(idx)
+            for j, i in enumerate(idx):
+                t = time.perf_counter()
+                page = pages[i]
+                h, w = images[i].shape[:2]
+                boxes = det_mod.boxes_from_map(probs[j, 0], h, w, params)
+                order = reading_order([b.quad for b in boxes])
+                page.boxes = [boxes[k] for k in order]
+                page.ms["det"] += prep_share + infer_share + (time.perf_counter() - t) * 1000
+
+    def _read(self, pages: list[_Page]) -> None:
+        params = self.rec_params
+        owners: list[tuple[int, int]] = []
+        lines: list[ImageBGR] = []
+        for pi, page in enumerate(pages):
+            start = time.perf_counter()
+            assert page.image is not None
+            for bi, box in enumerate(page.boxes):
+                lines.append(rec_mod.resize_line(crop_quad(page.image, box.quad), params))
+                owners.append((pi, bi))
+            page.texts = [("", 0.0)] * len(page.boxes)
+            page.ms["rec"] += (time.perf_counter() - start) * 1000
+        if not lines:
+            return
+        if self._cls is not None:
+            self._classify_lines(lines, owners, pages)
+        widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
+        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, params):
+            start = time.perf_counter()
+            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)
+            probs = self._rec.run(batch)
+            decoded = rec_mod.ctc_greedy(probs, self._charset)
+            share = (time.perf_counter() - start) * 1000 / len(idx)
+            for j, i in enumerate(idx):
+                pi, bi = owners[i]
+                pages[pi].texts[bi] = decoded[j]
+                pages[pi].ms["rec"] += share
+
+    def _classify_lines(
+        self, lines: list[ImageBGR], owners: list[tuple[int, int]], pages: list[_Page]
+    ) -> None:
+        assert self._cls is not None
+        start = time.perf_counter()
+        h, w = CLS_SHAPE
+        for begin in range(0, len(lines), 64):
+            chunk = lines[begin : begin + 64]
+            batch = np.zeros((len(chunk), 3, h, w), np.float32)
+            for j, line in enumerate(chunk):
+                rw = min(w, max(1, round(h * line.shape[1] / line.shape[0])))
+                small = cv2.resize(line, (rw, h), interpolation=cv2.INTER_LINEAR)
+                batch[j, :, :, :rw] = (small.astype(np.float32).transpose(2, 0, 1) - 127.5) / 127.5
+            probs = self._cls.run(batch)
+            for j in range(len(chunk)):
+                if (
+                    probs[j].shape[0] >= 2
+                    and probs[j, 1] > CLS_THRESH
+                    and probs[j, 1] > probs[j, 0]
+                ):
+                    lines[begin + j] = np.ascontiguousarray(lines[begin + j][::-1, ::-1])
+        share = (time.perf_counter() - start) * 1000 / len(lines)
+        for pi, _ in owners:
+            pages[pi].ms["rec"] += share
+
+    def _finish(self, page: _Page) -> PageOCR:
+        if page.result is not None:
+            page.result.timings_ms.update(page.ms, total=page.ms["decode"])
+            return page.result
+        assert page.image is not None
+        kept: list[Line] = []
+        for box, (text, conf) in zip(page.boxes, page.texts, strict=True):
+            text = text.strip()
+            if not text or conf < self.min_confidence:
+                continue
+            polygon = tuple((float(x), float(y)) for x, y in box.quad.tolist())
+            kept.append(Line(text=text, confidence=conf, polygon=polygon))  # type: ignore[arg-type]
+        h, w = page.image.shape[:2]
+        page.ms["total"] = sum(v for k, v in page.ms.items() if k != "total")
+        return PageOCR(
+            width=int(w),
+            height=int(h),
+            lines=tuple(kept),
+            rotation=page.rotation,
+            status="ok" if kept else "empty",
+            timings_ms={k: round(v, 2) for k, v in page.ms.items()},
+            skew=page.skew,
+        )
+
+    # --- streaming --------------------------------------------------------------------------
+
+    def stream(
+        self,
+        pages: Iterable[tuple[K, PageInput]],
+        *,
+        max_batch: int = 16,
+        max_wait_s: float = 0.05,
+    ) -> Iterator[tuple[K, PageOCR]]:
+        """Recognise pages as they arrive; yield ``(key, result)`` as each batch completes."""
+        from ocrstream.processors.ocr.batching import BatchingEngine
+
+        batcher: BatchingEngine[K] = BatchingEngine(
+            self, max_batch=max_batch, max_wait_s=max_wait_s, max_inflight=max(64, 4 * max_batch)
+        )
+        with batcher:
+            yield from batcher.run(pages)

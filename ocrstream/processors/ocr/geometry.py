@@ -1,0 +1,107 @@
+"""Quadrilaterals: ordering, minimum boxes, unclipping, rectified crops and page rotations.
+
+A quad is a float32 array of shape (4, 2), clockwise from top-left, in (x, y) pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+import pyclipper
+
+Quad = npt.NDArray[np.float32]
+ImageBGR = npt.NDArray[np.uint8]
+
+# A crop taller than this times its width is a vertical line: rotated 90° before recognition.
+VERTICAL_RATIO = 1.5
+
+
+def order_quad(points: npt.NDArray[Any]) -> Quad:
+    """Four points clockwise from top-left: the two leftmost are the left edge (top first)."""
+    pts = np.asarray(points, dtype=np.float32).reshape(4, 2)
+    by_x = pts[np.argsort(pts[:, 0], kind="stable")]
+    left, right = by_x[:2], by_x[2:]
+    tl, bl = left[np.argsort(left[:, 1], kind="stable")]
+    tr, br = right[np.argsort(right[:, 1], kind="stable")]
+    return np.stack([tl, tr, br, bl]).astype(np.float32)
+
+
+def min_box(points: npt.NDArray[Any]) -> tuple[Quad, float]:
+    """The minimum-area rectangle around points, ordered, and its shorter side."""
+    rect = cv2.minAreaRect(np.asarray(points, dtype=np.float32).reshape(-1, 2))
+    box = cv2.boxPoints(rect)
+    return order_quad(box), float(min(rect[1]))
+
+
+def unclip(quad: Quad, ratio: float) -> npt.NDArray[np.float32] | None:
+    """Grow a shrunk DB kernel back to the text: offset by area * ratio / perimeter."""
+    pts = quad.astype(np.float64)
+    area = abs(float(cv2.contourArea(pts.astype(np.float32))))
+    length = float(cv2.arcLength(pts.astype(np.float32), True))
+    if length <= 0:
+        return None
+    offset = pyclipper.PyclipperOffset()
+    offset.AddPath([tuple(p) for p in pts.tolist()], pyclipper.JT_ROUND, pyclipper.ET_CLOSEDPOLYGON)
+    paths = offset.Execute(area * ratio / length)
+    if not paths:
+        return None
+    largest = max(paths, key=len)
+    return np.asarray(largest, dtype=np.float32)
+
+
+def quad_size(quad: Quad) -> tuple[float, float]:
+    """(width, height) of a quad: the longer of each pair of opposite edges."""
+    tl, tr, br, bl = quad
+    w = max(float(np.linalg.norm(tr - tl)), float(np.linalg.norm(br - bl)))
+    h = max(float(np.linalg.norm(bl - tl)), float(np.linalg.norm(br - tr)))
+    return w, h
+
+
+def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:
+    """The text line under ``quad``, warped to an upright rectangle (vertical lines rotated)."""
+    w, h = quad_size(quad)
+    cw, ch = max(1, round(w)), max(1, round(h))
+    dst = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(quad.astype(np.float32), dst)
+    crop = cv2.warpPerspective(
+        image, matrix, (cw, ch), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE
+    )
+    if ch >= VERTICAL_RATIO * cw:
+        crop = np.rot90(crop)
+    return np.ascontiguousarray(crop)
+
+
+def quad_angle(quad: Quad) -> float:
+    """The angle of the quad's top edge in degrees (positive: clockwise on screen)."""
+    dx, dy = (quad[1] - quad[0]).tolist()
+    return math.degrees(math.atan2(dy, dx))
+
+
+def rotate_page(image: ImageBGR, quarter_turns: int) -> ImageBGR:
+    """Rotate by multiples of 90° clockwise."""
+    k = quarter_turns % 4
+    if k == 0:
+        return image
+    codes = {1: cv2.ROTATE_90_CLOCKWISE, 2: cv2.ROTATE_180, 3: cv2.ROTATE_90_COUNTERCLOCKWISE}
+    return cv2.rotate(image, codes[k])  # type: ignore[return-value]
+
+
+def rotate_small(image: ImageBGR, degrees: float) -> ImageBGR:
+    """Rotate about the centre by a small angle (counter-clockwise positive), same size,
+    the uncovered corners filled with the page's border colour."""
+    h, w = image.shape[:2]
+    matrix = cv2.getRotationMatrix2D((w / 2.0, h / 2.0), degrees, 1.0)
+    return cv2.warpAffine(  # type: ignore[return-value]
+        image, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    )
+
+
+def clip_quad(quad: Quad, width: int, height: int) -> Quad:
+    out = quad.copy()
+    out[:, 0] = np.clip(out[:, 0], 0, width - 1)
+    out[:, 1] = np.clip(out[:, 1], 0, height - 1)
+    return out

