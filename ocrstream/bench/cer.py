@@ -113,8 +113,9 @@ def _polygons(lines: Sequence[TextLine]) -> list[object]:
     return out
 
 
-def overlap_matrix(pred: Sequence[TextLine], gt: Sequence[TextLine]
-                   ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+def overlap_matrix(
+    pred: Sequence[TextLine], gt: Sequence[TextLine]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
     """IoU of every (pred, gt) pair, and whether a centre of one lies inside the other."""
     import shapely
 
@@ -154,8 +155,9 @@ def _assign(score: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> list[t
     return [(int(r), int(c)) for r, c in zip(rows, cols, strict=True) if weight[r, c] > 0]
 
 
-def match_lines(pred: Sequence[TextLine], gt: Sequence[TextLine], min_iou: float = 0.1
-                ) -> dict[int, list[int]]:
+def match_lines(
+    pred: Sequence[TextLine], gt: Sequence[TextLine], min_iou: float = 0.1
+) -> dict[int, list[int]]:
     """Ground-truth index -> predicted indices (left to right) assigned to it."""
     iou, contains = overlap_matrix(pred, gt)
     ok = (iou >= min_iou) | contains
@@ -178,8 +180,9 @@ def match_lines(pred: Sequence[TextLine], gt: Sequence[TextLine], min_iou: float
     return groups
 
 
-def page_cer(pred: Sequence[TextLine], gt: Sequence[TextLine], *, normalised: bool,
-             min_iou: float = 0.1) -> CerCounts:
+def page_cer(
+    pred: Sequence[TextLine], gt: Sequence[TextLine], *, normalised: bool, min_iou: float = 0.1
+) -> CerCounts:
     """Edits and reference characters of one page (see the module docstring)."""
     prep = normalise if normalised else (lambda s: s)
     groups = match_lines(pred, gt, min_iou=min_iou)

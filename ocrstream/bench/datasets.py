@@ -63,8 +63,11 @@ def load_sroie(root: Path) -> list[Sample]:
 
 
 def load_folder(root: Path) -> list[Sample]:
-    return [Sample(name=p.stem, path=p) for p in sorted(root.iterdir())
-            if p.suffix.lower() in IMAGE_SUFFIXES]
+    return [
+        Sample(name=p.stem, path=p)
+        for p in sorted(root.iterdir())
+        if p.suffix.lower() in IMAGE_SUFFIXES
+    ]
 
 
 def load_dataset(root: Path) -> list[Sample]:
@@ -162,8 +165,7 @@ def _fill_line(rng: random.Random, font: str, size: float, width: float) -> str:
             words.append(w)
 
 
-def _line(text: str, x: float, baseline: float, font: str, size: float, scale: float
-          ) -> TextLine:
+def _line(text: str, x: float, baseline: float, font: str, size: float, scale: float) -> TextLine:
     import pymupdf as fitz
 
     width = fitz.get_text_length(text, fontname=font, fontsize=size)

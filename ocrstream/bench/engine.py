@@ -89,8 +89,14 @@ def _ocrstream_runner(cfg: BenchConfig) -> Any:
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.settings import OcrSettings
 
-    settings = OcrSettings(backend=cfg.backend, model=cfg.model, device=cfg.device,
-                           threads=cfg.threads, precision=cfg.precision, **cfg.extra_settings)
+    settings = OcrSettings(
+        backend=cfg.backend,
+        model=cfg.model,
+        device=cfg.device,
+        threads=cfg.threads,
+        precision=cfg.precision,
+        **cfg.extra_settings,
+    )
     engine = OcrEngine(settings)
     if cfg.device_pipeline:
         from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
@@ -109,8 +115,9 @@ def _ocrstream_runner(cfg: BenchConfig) -> Any:
 
 
 def _page_lines(page: Any) -> tuple[list[TextLine], dict[str, float]]:
-    lines = [TextLine(text=ln.text, polygon=tuple(tuple(p) for p in ln.polygon))
-             for ln in page.lines]
+    lines = [
+        TextLine(text=ln.text, polygon=tuple(tuple(p) for p in ln.polygon)) for ln in page.lines
+    ]
     return lines, dict(page.timings_ms)
 
 
@@ -140,11 +147,13 @@ def _rapidocr_runner(cfg: BenchConfig) -> Any:
             lines = []
             if r.boxes is not None and r.txts is not None:
                 for box, text in zip(r.boxes, r.txts, strict=True):
-                    lines.append(TextLine(text=str(text),
-                                          polygon=tuple((float(x), float(y)) for x, y in box)))
+                    lines.append(
+                        TextLine(
+                            text=str(text), polygon=tuple((float(x), float(y)) for x, y in box)
+                        )
+                    )
             el = [v if isinstance(v, float) else 0.0 for v in r.elapse_list] + [0.0] * 3
-            out.append((lines, {"det": el[0] * 1000, "cls": el[1] * 1000,
-                                "rec": el[2] * 1000}))
+            out.append((lines, {"det": el[0] * 1000, "cls": el[1] * 1000, "rec": el[2] * 1000}))
         return out
 
     return run, 1
@@ -158,7 +167,11 @@ def _tesseract_runner(cfg: BenchConfig) -> Any:
         for blob in blobs:
             proc = subprocess.run(
                 ["tesseract", "stdin", "stdout", "-l", "eng", "--psm", "3", "tsv"],
-                input=blob, capture_output=True, env=env, check=False)
+                input=blob,
+                capture_output=True,
+                env=env,
+                check=False,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(proc.stderr.decode(errors="replace")[-500:])
             out.append((parse_tesseract_tsv(proc.stdout.decode("utf-8", "replace")), {}))
@@ -188,12 +201,16 @@ def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
     return out
 
 
-_RUNNERS = {"ocrstream": _ocrstream_runner, "rapidocr": _rapidocr_runner,
-            "tesseract": _tesseract_runner}
+_RUNNERS = {
+    "ocrstream": _ocrstream_runner,
+    "rapidocr": _rapidocr_runner,
+    "tesseract": _tesseract_runner,
+}
 
 
-def _child(engine: str, cfg: BenchConfig, paths: list[str], warm: list[str],
-           barrier: Any, queue: Any) -> None:
+def _child(
+    engine: str, cfg: BenchConfig, paths: list[str], warm: list[str], barrier: Any, queue: Any
+) -> None:
     try:
         run, batch = _RUNNERS[engine](cfg)
         if warm:
@@ -213,8 +230,15 @@ def _child(engine: str, cfg: BenchConfig, paths: list[str], warm: list[str],
         chunk = [Path(p).read_bytes() for p in paths[i : i + batch]]
         results.extend(run(chunk))
     end = time.time()
-    queue.put({"start": start, "end": end, "results": results, "paths": paths,
-               "rss_kb": _peak_rss_kb(engine == "tesseract")})
+    queue.put(
+        {
+            "start": start,
+            "end": end,
+            "results": results,
+            "paths": paths,
+            "rss_kb": _peak_rss_kb(engine == "tesseract"),
+        }
+    )
 
 
 def _peak_rss_kb(children: bool) -> int:
@@ -232,16 +256,19 @@ def _peak_rss_kb(children: bool) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def run_engine(engine: str, cfg: BenchConfig, samples: Sequence[Sample], processes: int
-               ) -> tuple[EngineRun, dict[str, list[TextLine]]]:
+def run_engine(
+    engine: str, cfg: BenchConfig, samples: Sequence[Sample], processes: int
+) -> tuple[EngineRun, dict[str, list[TextLine]]]:
     """Run one engine over ``samples`` in ``processes`` children; timings and predictions."""
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(processes)
     queue = ctx.Queue()
     shards = [[str(s.path) for s in samples[i::processes]] for i in range(processes)]
     warm = [str(s.path) for s in samples[: cfg.warmup * max(1, cfg.batch)]] if cfg.warmup else []
-    children = [ctx.Process(target=_child, args=(engine, cfg, shard, warm, barrier, queue))
-                for shard in shards]
+    children = [
+        ctx.Process(target=_child, args=(engine, cfg, shard, warm, barrier, queue))
+        for shard in shards
+    ]
     for child in children:
         child.start()
     reports = _collect(children, queue)
@@ -288,8 +315,10 @@ def _collect(children: list[Any], queue: Any) -> list[dict[str, Any]]:
 def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
     if engine == "ocrstream":
         extra = " device-pipeline" if cfg.device_pipeline else ""
-        return (f"{cfg.backend}/{cfg.device}{extra} {cfg.model} batch={cfg.batch} "
-                f"threads={cfg.threads} x{processes}")
+        return (
+            f"{cfg.backend}/{cfg.device}{extra} {cfg.model} batch={cfg.batch} "
+            f"threads={cfg.threads} x{processes}"
+        )
     if engine == "rapidocr":
         return f"onnxruntime {cfg.model} threads={cfg.threads} x{processes} no-cls"
     return f"eng psm3 OMP_THREAD_LIMIT=1 x{processes}"
@@ -307,9 +336,14 @@ def score(run: EngineRun, preds: dict[str, list[TextLine]], samples: Sequence[Sa
         scored += 1
     if scored:
         run.cer_raw, run.cer_norm = round(raw.cer, 4), round(norm.cer, 4)
-        run.counts = {"pages": scored, "gt_chars": norm.ref_chars, "edits": norm.edits,
-                      "matched": norm.matched, "missed_gt": norm.missed_gt,
-                      "extra_pred": norm.extra_pred}
+        run.counts = {
+            "pages": scored,
+            "gt_chars": norm.ref_chars,
+            "edits": norm.edits,
+            "matched": norm.matched,
+            "missed_gt": norm.missed_gt,
+            "extra_pred": norm.extra_pred,
+        }
 
 
 # --------------------------------------------------------------------------- report
@@ -336,9 +370,13 @@ def machine() -> dict[str, Any]:
         pass
     import psutil
 
-    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(),
-                            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-                            "python": sys.version.split()[0], "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
     try:
         import torch
 
@@ -351,8 +389,10 @@ def machine() -> dict[str, Any]:
 
 
 def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
-    head = (f"{'engine':<10} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
-            f"{'det':>7} {'rec':>8} {'RSS MB':>7} {'CER':>7} {'nCER':>7}")
+    head = (
+        f"{'engine':<10} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
+        f"{'det':>7} {'rec':>8} {'RSS MB':>7} {'CER':>7} {'nCER':>7}"
+    )
     rows = [f"== {dataset}", head, "-" * len(head)]
     for r in runs:
         if r.error:
@@ -365,9 +405,11 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
 
         cer = f"{r.cer_raw:.4f}" if r.cer_raw is not None else "-"
         ncer = f"{r.cer_norm:.4f}" if r.cer_norm is not None else "-"
-        rows.append(f"{r.engine:<10} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
-                    f"{cell('decode'):>7} {cell('det'):>7} {cell('rec'):>8} "
-                    f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}")
+        rows.append(
+            f"{r.engine:<10} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
+            f"{cell('decode'):>7} {cell('det'):>7} {cell('rec'):>8} "
+            f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}"
+        )
     ours = next((r for r in runs if r.engine == "ocrstream" and not r.error), None)
     for other in runs:
         if ours is None or other is ours or other.error or other.pages_per_s == 0:
@@ -380,8 +422,12 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
     return "\n".join(rows)
 
 
-def bench(datasets: dict[str, list[Sample]], cfg: BenchConfig, engines: Sequence[str],
-          tesseract_processes: int | None = None) -> dict[str, Any]:
+def bench(
+    datasets: dict[str, list[Sample]],
+    cfg: BenchConfig,
+    engines: Sequence[str],
+    tesseract_processes: int | None = None,
+) -> dict[str, Any]:
     """Run every available engine on every dataset; the JSON-ready report."""
     report: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "datasets": {}}
     for name, samples in datasets.items():
@@ -389,15 +435,25 @@ def bench(datasets: dict[str, list[Sample]], cfg: BenchConfig, engines: Sequence
         for engine in engines:
             if not available(engine):
                 continue
-            procs = (tesseract_processes or os.cpu_count() or 1) if engine == "tesseract" \
+            procs = (
+                (tesseract_processes or os.cpu_count() or 1)
+                if engine == "tesseract"
                 else cfg.processes
+            )
             run, preds = run_engine(engine, cfg, samples, max(1, procs))
             score(run, preds, samples)
             runs.append(run)
-            print(f"  {engine}: {run.pages} pages in {run.wall_s:.1f}s"
-                  + (f" ({run.error})" if run.error else ""), file=sys.stderr, flush=True)
-        report["datasets"][name] = {"pages": len(samples), "runs": [r.to_dict() for r in runs],
-                                    "table": format_table(name, runs)}
+            print(
+                f"  {engine}: {run.pages} pages in {run.wall_s:.1f}s"
+                + (f" ({run.error})" if run.error else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+        report["datasets"][name] = {
+            "pages": len(samples),
+            "runs": [r.to_dict() for r in runs],
+            "table": format_table(name, runs),
+        }
     return report
 
 

@@ -97,18 +97,22 @@ class OrtGpuSession:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
             self._session = ort.InferenceSession(
-                str(model_path), sess_options=so,
+                str(model_path),
+                sess_options=so,
                 providers=[name for name, _ in providers],
                 provider_options=[opts for _, opts in providers],
             )
         except Exception as e:
-            raise FatalError(f"onnxruntime-gpu cannot load {model_path}: {e}",
-                             code="gpu_unavailable") from e
+            raise FatalError(
+                f"onnxruntime-gpu cannot load {model_path}: {e}", code="gpu_unavailable"
+            ) from e
         active = self._session.get_providers()
         if not active or active[0] not in GPU_PROVIDERS:
             raise FatalError(
                 f"onnxruntime-gpu started {model_path.name} on {active}, not on the GPU "
-                "(CUDA/cuDNN libraries missing?)", code="gpu_unavailable")
+                "(CUDA/cuDNN libraries missing?)",
+                code="gpu_unavailable",
+            )
         self.providers = tuple(active)
         self._input = self._session.get_inputs()[0].name
         self._output = self._session.get_outputs()[0].name

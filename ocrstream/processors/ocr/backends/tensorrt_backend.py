@@ -79,14 +79,18 @@ def default_profile(
         return (1, 3, 32, 32), (det_batch, 3, side, portrait_w), (det_batch, 3, side, side)
     if kind == "rec":
         width = _round_up(rec_max_width, 32)
-        return ((1, 3, rec_height, 32), (rec_batch, 3, rec_height, min(320, width)),
-                (rec_batch, 3, rec_height, width))
+        return (
+            (1, 3, rec_height, 32),
+            (rec_batch, 3, rec_height, min(320, width)),
+            (rec_batch, 3, rec_height, width),
+        )
     h, w = fixed_hw or _FIXED_INPUT["cls"]
     return (1, 3, h, w), (rec_batch, 3, h, w), (rec_batch, 3, h, w)
 
 
-def profile_for(kind: ModelKind, options: SessionOptions, model_input: Any = None
-                ) -> tuple[Shape4, Shape4, Shape4]:
+def profile_for(
+    kind: ModelKind, options: SessionOptions, model_input: Any = None
+) -> tuple[Shape4, Shape4, Shape4]:
     """The session's profile: the engine's explicit shapes, else :func:`default_profile`."""
     if options.min_shape and options.opt_shape and options.max_shape:
         return options.min_shape, options.opt_shape, options.max_shape
@@ -149,8 +153,7 @@ def write_atomic(path: Path, data: bytes) -> None:
 # --------------------------------------------------------------------------- fp16 graph
 
 
-def onnx_to_fp16(model: onnx.ModelProto, keep_fp32: frozenset[str] = FP32_OPS
-                 ) -> onnx.ModelProto:
+def onnx_to_fp16(model: onnx.ModelProto, keep_fp32: frozenset[str] = FP32_OPS) -> onnx.ModelProto:
     """A copy of ``model`` computing in fp16 (see the module docstring), fp32 at its edges."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -193,8 +196,9 @@ def onnx_to_fp16(model: onnx.ModelProto, keep_fp32: frozenset[str] = FP32_OPS
         key = (name, want)
         if key not in casts:
             casts[key] = f"{name}__to{'16' if want == TensorProto.FLOAT16 else '32'}"
-            new_nodes.append(helper.make_node("Cast", [name], [casts[key]], to=want,
-                                              name=f"{casts[key]}__cast"))
+            new_nodes.append(
+                helper.make_node("Cast", [name], [casts[key]], to=want, name=f"{casts[key]}__cast")
+            )
         return casts[key]
 
     for node in graph.node:
@@ -236,8 +240,11 @@ def onnx_to_fp16(model: onnx.ModelProto, keep_fp32: frozenset[str] = FP32_OPS
                 for i, x in enumerate(n.input):
                     if x == name:
                         n.input[i] = inner
-            new_nodes.append(helper.make_node("Cast", [inner], [name], to=TensorProto.FLOAT,
-                                              name=f"{name}__castout"))
+            new_nodes.append(
+                helper.make_node(
+                    "Cast", [inner], [name], to=TensorProto.FLOAT, name=f"{name}__castout"
+                )
+            )
     g.node.extend(new_nodes)
     used = {name for n in new_nodes for name in n.input}
     kept = [t for t in [*graph.initializer, *new_inits] if t.name in used]
@@ -253,8 +260,10 @@ def _import_trt() -> Any:
     try:
         import tensorrt as trt
     except ImportError as e:
-        raise FatalError("the tensorrt backend needs TensorRT: pip install 'ocrstream[tensorrt]'",
-                         code="backend_unavailable") from e
+        raise FatalError(
+            "the tensorrt backend needs TensorRT: pip install 'ocrstream[tensorrt]'",
+            code="backend_unavailable",
+        ) from e
     return trt
 
 
@@ -262,8 +271,12 @@ def _strongly_typed_only(trt: Any) -> bool:
     return not hasattr(trt.BuilderFlag, "FP16")
 
 
-def build_engine(model_path: Path, profile: tuple[Shape4, Shape4, Shape4], precision: str,
-                 workspace_bytes: int = 2 << 30) -> bytes:
+def build_engine(
+    model_path: Path,
+    profile: tuple[Shape4, Shape4, Shape4],
+    precision: str,
+    workspace_bytes: int = 2 << 30,
+) -> bytes:
     """Parse the ONNX model and build a serialized engine for one profile."""
     import onnx
 
@@ -281,8 +294,9 @@ def build_engine(model_path: Path, profile: tuple[Shape4, Shape4, Shape4], preci
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(model.SerializeToString()):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise FatalError(f"TensorRT cannot parse {model_path.name}: {errors}",
-                         code="model_unsupported")
+        raise FatalError(
+            f"TensorRT cannot parse {model_path.name}: {errors}", code="model_unsupported"
+        )
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     if precision in ("fp16", "bf16") and not strong:
@@ -292,8 +306,9 @@ def build_engine(model_path: Path, profile: tuple[Shape4, Shape4, Shape4], preci
     config.add_optimization_profile(opt_profile)
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise FatalError(f"TensorRT failed to build an engine for {model_path.name}",
-                         code="backend_unavailable")
+        raise FatalError(
+            f"TensorRT failed to build an engine for {model_path.name}", code="backend_unavailable"
+        )
     return bytes(serialized)
 
 
@@ -310,23 +325,36 @@ class TensorRTSession:
         self._trt, self._torch = trt, torch
         self.kind = kind
         if options.device == "cpu":
-            raise FatalError("the tensorrt backend needs a CUDA device "
-                             "(OCRSTREAM_OCR_DEVICE=cuda)", code="bad_config")
+            raise FatalError(
+                "the tensorrt backend needs a CUDA device (OCRSTREAM_OCR_DEVICE=cuda)",
+                code="bad_config",
+            )
         self.device = resolve_device(options.device)
         self.profile = profile_for(kind, options, _onnx_input_dims(model_path))
         precision = options.precision if options.precision in ("fp16", "bf16") else "fp32"
         with torch.cuda.device(self.device):
             props = torch.cuda.get_device_properties(self.device)
-            key = cache_key(file_sha256(model_path), props.name, (props.major, props.minor),
-                            trt.__version__, self.profile, precision)
+            key = cache_key(
+                file_sha256(model_path),
+                props.name,
+                (props.major, props.minor),
+                trt.__version__,
+                self.profile,
+                precision,
+            )
             cache_dir = Path(options.cache_dir or Path.home() / ".cache" / "ocrstream")
             path = engine_path(cache_dir, model_path, kind, key)
             if path.is_file():
                 data = path.read_bytes()
                 log.info("TensorRT engine from cache %s", path)
             else:
-                log.info("building TensorRT %s engine for %s (%s, profile %s)", precision,
-                         model_path.name, props.name, self.profile)
+                log.info(
+                    "building TensorRT %s engine for %s (%s, profile %s)",
+                    precision,
+                    model_path.name,
+                    props.name,
+                    self.profile,
+                )
                 data = build_engine(model_path, self.profile, precision)
                 write_atomic(path, data)
             runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
@@ -358,7 +386,9 @@ class TensorRTSession:
             if not lo[dim] <= batch.shape[dim] <= hi[dim]:
                 raise FatalError(
                     f"TensorRT {self.kind} input {tuple(batch.shape)} is outside the engine's "
-                    f"profile {lo}..{hi}; raise the limit in the settings", code="bad_config")
+                    f"profile {lo}..{hi}; raise the limit in the settings",
+                    code="bad_config",
+                )
         parts = [self._run_chunk(chunk) for chunk in torch.split(batch, hi[0])]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
@@ -375,8 +405,9 @@ class TensorRTSession:
             self._context.set_tensor_address(self._input, x.data_ptr())
             self._context.set_tensor_address(self._output, y.data_ptr())
             if not self._context.execute_async_v3(self._stream.cuda_stream):
-                raise FatalError(f"TensorRT {self.kind} execution failed",
-                                 code="backend_unavailable")
+                raise FatalError(
+                    f"TensorRT {self.kind} execution failed", code="backend_unavailable"
+                )
             y = y.float()
         caller.wait_stream(self._stream)
         y.record_stream(caller)
@@ -408,6 +439,5 @@ def _torch_dtype(trt: Any, torch: Any, dtype: Any) -> Any:
 class TensorRTBackend:
     name = "tensorrt"
 
-    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions
-             ) -> TensorRTSession:
+    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> TensorRTSession:
         return TensorRTSession(model_path, kind, options)
