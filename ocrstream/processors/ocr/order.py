@@ -185,3 +185,27 @@ def _rows(b: npt.NDArray[np.float64], band: list[int], line_h: float) -> list[in
         else:
             rows[-1].append(k)
     return [k for row in rows for k in sorted(row, key=lambda k: (b[k, 0], b[k, 1]))]
+
+
+def text_rows(polygons: Sequence[Sequence[tuple[float, float]]], texts: Sequence[str]) -> list[str]:
+    """Lines in reading order joined into visual rows: neighbours that sit side by side on
+    the same row (a receipt's label and its amount) become one row, separated by spaces."""
+    rows: list[str] = []
+    prev: npt.NDArray[np.float64] | None = None
+    for poly, text in zip(polygons, texts, strict=True):
+        pts = np.asarray(poly, np.float64)
+        if prev is not None and rows and _same_row(prev, pts):
+            rows[-1] = f"{rows[-1]} {text}"
+        else:
+            rows.append(text)
+        prev = pts
+    return rows
+
+
+def _same_row(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> bool:
+    ha = float(a[:, 1].max() - a[:, 1].min())
+    hb = float(b[:, 1].max() - b[:, 1].min())
+    ca, cb = float(a[:, 1].mean()), float(b[:, 1].mean())
+    return (
+        abs(ca - cb) < 0.5 * min(ha, hb) and float(b[:, 0].min()) >= float(a[:, 0].max()) - 0.5 * hb
+    )

@@ -1,0 +1,289 @@
+"""``ocrstream ocr FILE…``: the engine in-process, no Kafka, like the ``tesseract`` command.
+
+Images and PDFs. PDF pages are rendered at ``--dpi`` (300) unless a page is one scanned image,
+which is used as it is; with ``--skip-text``, pages that carry a usable text layer are answered
+from it (confidence 1.0) and not OCRed. Pages of all inputs go through the engine together, in
+batches across files, and each input's output is written as soon as its last page is done:
+``DIR/<stem>.json`` (document.json of DESIGN.md) or ``.txt`` with ``--output DIR``, standard
+output without (one JSON document per line when there are several inputs; text pages are
+separated by form feeds, as tesseract does).
+
+The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
+engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from ocrstream.errors import OcrstreamError, PoisonError
+from ocrstream.processors.ocr.types import EngineInfo, PageOCR
+from ocrstream.settings import LimitsSettings, OcrBackend, OcrSettings
+
+
+@dataclass(slots=True)
+class _Doc:
+    """One input file while it is processed."""
+
+    path: Path
+    doc_id: str
+    page_count: int = 0
+    pages: dict[int, PageOCR] = field(default_factory=dict)
+    error_code: str | None = None
+    error_message: str | None = None
+    split_done: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.split_done and len(self.pages) == self.page_count
+
+    @property
+    def status(self) -> str:
+        if self.error_code is not None or not self.pages:
+            return "failed"
+        failed = sum(1 for p in self.pages.values() if p.status == "failed")
+        if failed == len(self.pages):
+            return "failed"
+        return "partial" if failed else "completed"
+
+    def to_dict(self, engine: EngineInfo) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "doc_id": self.doc_id,
+            "status": self.status,
+            "page_count": self.page_count,
+            "engine": engine.to_dict(),
+            "pages": [self.pages[n].to_dict(n) for n in sorted(self.pages)],
+        }
+        if self.error_code is not None:
+            out["error"] = {"code": self.error_code, "message": self.error_message or ""}
+        return out
+
+    def text(self) -> str:
+        return "\f".join(_page_text(self.pages[n]) for n in sorted(self.pages))
+
+
+def _page_text(page: PageOCR) -> str:
+    from ocrstream.processors.ocr.order import text_rows
+
+    rows = text_rows([line.polygon for line in page.lines], [line.text for line in page.lines])
+    return "".join(row + "\n" for row in rows)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    doc: _Doc
+    page_no: int
+    data: bytes
+
+
+def make_engine(settings: OcrSettings) -> Any:
+    """The engine for a run (a seam for tests)."""
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    return OcrEngine(settings)
+
+
+@click.command("ocr")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "text"]),
+    default="json",
+    show_default=True,
+    help="document.json, or plain text in reading order.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write DIR/<stem>.json (or .txt) per input instead of standard output.",
+)
+@click.option(
+    "--skip-text",
+    is_flag=True,
+    help="Answer PDF pages that have a usable text layer from it, without OCR.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice([b.value for b in OcrBackend]),
+    help="Inference backend (default: OCRSTREAM_OCR_BACKEND, else auto).",
+)
+@click.option("--model", help="Model set: ppocrv6-small, ppocrv6-tiny, ppocrv5 …")
+@click.option("--device", help="cpu, cuda, cuda:1 …")
+@click.option("--threads", type=int, help="Inference threads.")
+@click.option("--dpi", type=int, default=300, show_default=True, help="PDF render resolution.")
+@click.option(
+    "--batch",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Pages per engine call, drawn from all inputs.",
+)
+def ocr(
+    files: tuple[Path, ...],
+    fmt: str,
+    output: Path | None,
+    skip_text: bool,
+    backend: str | None,
+    model: str | None,
+    device: str | None,
+    threads: int | None,
+    dpi: int,
+    batch: int,
+) -> None:
+    """Recognise the text of images and PDFs."""
+    overrides: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("backend", backend),
+            ("model", model),
+            ("device", device),
+            ("threads", threads),
+        )
+        if value is not None
+    }
+    try:
+        settings = OcrSettings(**overrides)
+        engine = make_engine(settings)
+    except OcrstreamError as e:
+        click.echo(f"ocrstream ocr: the engine cannot start: {e.code}: {e}", err=True)
+        sys.exit(2)
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+    docs = [_Doc(path, doc_id) for path, doc_id in zip(files, _doc_ids(files), strict=True)]
+    writer = _Writer(engine.info, fmt, output, several=len(docs) > 1)
+    failed = 0
+    try:
+        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch)):
+            writer.write(doc)
+            if doc.status == "failed":
+                failed += 1
+                reason = doc.error_code or "pages_failed"
+                message = doc.error_message or "no page could be recognised"
+                click.echo(f"ocrstream ocr: {doc.path}: failed: {reason}: {message}", err=True)
+            elif doc.status == "partial":
+                bad = sorted(n for n, p in doc.pages.items() if p.status == "failed")
+                click.echo(f"ocrstream ocr: {doc.path}: pages {bad} failed", err=True)
+    except OcrstreamError as e:  # a fatal engine error mid-run
+        click.echo(f"ocrstream ocr: {e.code}: {e}", err=True)
+        sys.exit(2)
+    if failed:
+        sys.exit(1)
+
+
+def _doc_ids(files: Sequence[Path]) -> list[str]:
+    """File stems, made unique (``scan``, ``scan-2`` …) when two inputs share one."""
+    seen: dict[str, int] = {}
+    out = []
+    for path in files:
+        stem = path.stem or "document"
+        n = seen.get(stem, 0) + 1
+        seen[stem] = n
+        out.append(stem if n == 1 else f"{stem}-{n}")
+    return out
+
+
+def _run(
+    engine: Any,
+    docs: list[_Doc],
+    limits: LimitsSettings,
+    dpi: int,
+    skip_text: bool,
+    batch: int,
+) -> Iterator[_Doc]:
+    """Every document, finished, in input order; pages are OCRed in cross-file batches."""
+    pending: list[_Job] = []
+    emitted = 0
+
+    def flush() -> None:
+        if not pending:
+            return
+        results = engine.recognize([job.data for job in pending])
+        for job, result in zip(pending, results, strict=True):
+            job.doc.pages[job.page_no] = result
+        pending.clear()
+
+    def finished() -> Iterator[_Doc]:
+        nonlocal emitted
+        while emitted < len(docs) and docs[emitted].done:
+            yield docs[emitted]
+            emitted += 1
+
+    for doc in docs:
+        for job in _split(doc, limits, dpi, skip_text):
+            pending.append(job)
+            if len(pending) >= batch:
+                flush()
+                yield from finished()
+        yield from finished()
+    flush()
+    yield from finished()
+
+
+def _split(doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool) -> Iterator[_Job]:
+    """The pages of one input that need OCR; the others are answered on ``doc`` directly."""
+    from ocrstream.processors.split import iter_pages
+
+    try:
+        for page in iter_pages(doc.path, None, limits, dpi, use_text_layer=skip_text):
+            doc.page_count = page.page_count
+            if page.error_code is not None:
+                doc.pages[page.page_no] = PageOCR(
+                    width=0,
+                    height=0,
+                    lines=(),
+                    status="failed",
+                    error_code=page.error_code,
+                    error_message=page.error_message,
+                )
+            elif page.text_lines is not None:
+                doc.pages[page.page_no] = PageOCR(
+                    width=page.width,
+                    height=page.height,
+                    lines=page.text_lines,
+                    status="ok" if page.text_lines else "empty",
+                )
+            else:
+                yield _Job(doc, page.page_no, page.data)
+    except PoisonError as e:
+        doc.error_code, doc.error_message = e.code, str(e)
+        doc.page_count = 0
+        doc.pages.clear()
+    finally:
+        doc.split_done = True
+
+
+class _Writer:
+    def __init__(self, engine: EngineInfo, fmt: str, output: Path | None, several: bool) -> None:
+        self.engine = engine
+        self.fmt = fmt
+        self.output = output
+        self.several = several
+
+    def write(self, doc: _Doc) -> None:
+        if self.fmt == "json":
+            body = doc.to_dict(self.engine)
+            if self.output is None:
+                indent = None if self.several else 2
+                self._stdout(json.dumps(body, ensure_ascii=False, indent=indent) + "\n")
+            else:
+                path = self.output / f"{doc.doc_id}.json"
+                path.write_text(json.dumps(body, ensure_ascii=False, indent=2) + "\n", "utf-8")
+        else:
+            text = doc.text()
+            if self.output is None:
+                self._stdout(text)
+            else:
+                (self.output / f"{doc.doc_id}.txt").write_text(text, "utf-8")
+
+    @staticmethod
+    def _stdout(text: str, stream: TextIO | None = None) -> None:
+        click.echo(text, nl=False, file=stream)

@@ -1,0 +1,122 @@
+"""Fake OCR engines with the real engine's interface (``info``, ``recognize(images)``).
+
+Each reads back the page it was given (its size, as text), so a test can check that a result
+belongs to its page, and records every batch it saw. Variants crash, stall or run out of
+memory on demand, as real engines do on a bad day.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ocrstream.processors.imageio import decode_image
+from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
+
+
+def page_text(image: np.ndarray) -> str:
+    h, w = image.shape[:2]
+    return f"page {w}x{h}"
+
+
+class FakeEngine:
+    """Answers each page with one line, ``page WxH``; records the batches."""
+
+    name = "fake"
+
+    def __init__(self, *, max_pixels: int = 80_000_000) -> None:
+        self.batches: list[int] = []
+        self.calls = 0
+        self.max_pixels = max_pixels
+        self._lock = threading.Lock()
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo(self.name, "fake-model", "1", "cpu")
+
+    def recognize(self, images: Sequence[Any]) -> list[PageOCR]:
+        with self._lock:
+            self.calls += 1
+            self.batches.append(len(images))
+        self.before(images)
+        return [self.page(img) for img in images]
+
+    def before(self, images: Sequence[Any]) -> None:
+        """Hook for the failing variants: runs before any page is read."""
+
+    def page(self, data: Any) -> PageOCR:
+        image = decode_image(data, max_pixels=self.max_pixels)
+        h, w = image.shape[:2]
+        poly = ((0.0, 0.0), (float(w), 0.0), (float(w), float(h)), (0.0, float(h)))
+        return PageOCR(
+            width=w,
+            height=h,
+            lines=(Line(page_text(image), 0.99, poly),),
+            timings_ms={"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0},
+        )
+
+
+class CrashingEngine(FakeEngine):
+    """Raises ``RuntimeError`` on batches holding a page that ``crash_on`` picks (every batch
+    when it is None), as a backend does when a kernel fails."""
+
+    name = "crashing"
+
+    def __init__(self, crash_on: Callable[[np.ndarray], bool] | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.crash_on = crash_on
+
+    def before(self, images: Sequence[Any]) -> None:
+        if self.crash_on is None or any(
+            self.crash_on(decode_image(img, max_pixels=self.max_pixels)) for img in images
+        ):
+            raise RuntimeError("engine exploded")
+
+
+class SlowEngine(FakeEngine):
+    """Takes ``per_batch_s`` + ``per_page_s`` * pages for every call."""
+
+    name = "slow"
+
+    def __init__(self, per_batch_s: float = 0.2, per_page_s: float = 0.0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.per_batch_s = per_batch_s
+        self.per_page_s = per_page_s
+
+    def before(self, images: Sequence[Any]) -> None:
+        time.sleep(self.per_batch_s + self.per_page_s * len(images))
+
+
+class OomEngine(FakeEngine):
+    """Raises ``MemoryError`` for batches of more than ``max_batch`` pages, like a GPU that
+    runs out of memory on big batches and is fine on small ones."""
+
+    name = "oom"
+
+    def __init__(self, max_batch: int = 1, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.max_batch = max_batch
+
+    def before(self, images: Sequence[Any]) -> None:
+        if len(images) > self.max_batch:
+            raise MemoryError(f"out of memory on a batch of {len(images)} pages")
+
+
+class FatalEngine(FakeEngine):
+    """Raises :class:`FatalError` (the device is gone) after ``ok_calls`` good calls."""
+
+    name = "fatal"
+
+    def __init__(self, ok_calls: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.ok_calls = ok_calls
+
+    def before(self, images: Sequence[Any]) -> None:
+        from ocrstream.errors import FatalError
+
+        if self.calls > self.ok_calls:
+            raise FatalError("CUDA device lost", code="device_lost")
