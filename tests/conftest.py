@@ -65,3 +65,12 @@ def object_store(s3_settings: S3Settings) -> Iterator[ObjectStore]:
     store.ensure_bucket()
     yield store
     store.remove_bucket()
+
+
+@pytest.fixture(scope="session")
+def ocr_engine():  # type: ignore[no-untyped-def]
+    """One real OCR engine (default settings) shared by the tests that read pages."""
+    from ocrstream.processors.ocr.engine import OcrEngine
+    from ocrstream.settings import OcrSettings
+
+    return OcrEngine(OcrSettings())

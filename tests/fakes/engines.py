@@ -120,3 +120,57 @@ class FatalEngine(FakeEngine):
 
         if self.calls > self.ok_calls:
             raise FatalError("CUDA device lost", code="device_lost")
+
+
+# --- pages for the real engine -----------------------------------------------------------------
+
+
+def render_text_page(
+    lines: Sequence[str],
+    *,
+    width_in: float = 5.0,
+    fontsize: float = 12.0,
+    dpi: int = 300,
+    fontname: str = "helv",
+    margin_pt: float = 24.0,
+) -> np.ndarray:
+    """A white page with ``lines`` of text in a standard font, rendered by PyMuPDF: BGR uint8."""
+    import pymupdf
+
+    leading = fontsize * 1.8
+    height_pt = 2 * margin_pt + leading * len(lines)
+    doc = pymupdf.open()
+    try:
+        page = doc.new_page(width=width_in * 72, height=height_pt)
+        for i, text in enumerate(lines):
+            y = margin_pt + leading * i + fontsize
+            page.insert_text((margin_pt, y), text, fontname=fontname, fontsize=fontsize)
+        pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csRGB)
+        rgb = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width, 3)
+        return np.ascontiguousarray(rgb[..., ::-1])
+    finally:
+        doc.close()
+
+
+def scan_noise(
+    image: np.ndarray, *, angle: float = 1.0, sigma: float = 8.0, quality: int = 70, seed: int = 0
+) -> bytes:
+    """What a scanner does to a page: a slight rotation, sensor noise, JPEG. Returns JPEG bytes."""
+    import cv2
+
+    h, w = image.shape[:2]
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
+    turned = cv2.warpAffine(image, m, (w, h), borderValue=(255, 255, 255))
+    noise = np.random.default_rng(seed).normal(0.0, sigma, turned.shape)
+    noisy = np.clip(turned.astype(np.float32) + noise, 0, 255).astype(np.uint8)
+    ok, buf = cv2.imencode(".jpg", noisy, [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    return bytes(buf)
+
+
+def cer(predicted: str, truth: str) -> float:
+    """Character error rate after collapsing whitespace."""
+    from ocrstream.bench.cer import levenshtein
+
+    p, t = " ".join(predicted.split()), " ".join(truth.split())
+    return levenshtein(p, t) / max(1, len(t))

@@ -34,10 +34,14 @@ from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
-from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small
+from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
 from ocrstream.processors.ocr.models import ModelSet, load_model_set
 from ocrstream.processors.ocr.order import reading_order
-from ocrstream.processors.ocr.orientation import classify_orientation, estimate_skew
+from ocrstream.processors.ocr.orientation import (
+    classify_orientation,
+    estimate_skew,
+    upside_down,
+)
 from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
 from ocrstream.settings import OcrSettings
 
@@ -58,6 +62,7 @@ class _Page:
     image: ImageBGR | None = None
     result: PageOCR | None = None
     rotation: int = 0
+    check_flip: bool = False
     skew: float = 0.0
     boxes: list[det_mod.Box] = field(default_factory=list)
     texts: list[tuple[str, float]] = field(default_factory=list)
@@ -168,6 +173,8 @@ class OcrEngine:
             if self.settings.deskew:
                 self._deskew(live)
             self._detect(live)
+            if self._orient is not None:
+                self._settle_flips([p for p in live if p.check_flip and p.boxes])
             self._read(live)
         return [self._finish(p) for p in pages]
 
@@ -191,14 +198,48 @@ class OcrEngine:
     def _fix_orientation(self, pages: list[_Page]) -> None:
         assert self._orient is not None
         start = time.perf_counter()
-        turns = classify_orientation(self._orient, [p.image for p in pages if p.image is not None])
-        for page, k in zip(pages, turns, strict=True):
-            if k and page.image is not None:
-                page.image = rotate_page(page.image, k)
-                page.rotation = k * 90
+        found = classify_orientation(self._orient, [p.image for p in pages if p.image is not None])
+        for page, orientation in zip(pages, found, strict=True):
+            page.check_flip = not orientation.sure
+            if orientation.turns and page.image is not None:
+                page.image = rotate_page(page.image, orientation.turns)
+                page.rotation = orientation.turns * 90
         share = (time.perf_counter() - start) * 1000 / len(pages)
         for page in pages:
             page.ms["orientation"] = share
+
+    def _settle_flips(self, pages: list[_Page]) -> None:
+        """Pages whose direction the classifier doubted: turn those that read better at 180°."""
+        for page in pages:
+            assert page.image is not None
+            start = time.perf_counter()
+            crops = [
+                rec_mod.resize_line(crop_quad(page.image, b.quad), self.rec_params)
+                for b in page.boxes
+            ]
+            if upside_down(self._read_lines, crops):
+                h, w = page.image.shape[:2]
+                page.image = rotate_page(page.image, 2)
+                page.rotation = (page.rotation + 180) % 360
+                boxes = [det_mod.Box(turn_quad_180(b.quad, w, h), b.score) for b in page.boxes]
+                order = reading_order([b.quad for b in boxes])
+                page.boxes = [boxes[k] for k in order]
+            page.ms["orientation"] = (
+                page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
+            )
+
+    def _read_lines(self, lines: list[ImageBGR]) -> list[tuple[str, float]]:
+        """Recognise line crops already at the model's height (for decisions, not output)."""
+        params = self.rec_params
+        widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
+        out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
+        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, params):
+            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)
+            for i, result in zip(
+                idx, rec_mod.ctc_greedy(self._rec.run(batch), self._charset), strict=True
+            ):
+                out[i] = result
+        return out
 
     def _deskew(self, pages: list[_Page]) -> None:
         for page in pages:

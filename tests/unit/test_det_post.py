@@ -1,0 +1,81 @@
+"""DB post-processing and det pre-processing on crafted inputs (no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ocrstream.processors.ocr.det import DetParams, boxes_from_map, det_shape, plan_batches
+
+
+def _map(h: int, w: int, rects: list[tuple[int, int, int, int]], p: float = 0.9) -> np.ndarray:
+    prob = np.zeros((h, w), np.float32)
+    for x0, y0, x1, y1 in rects:
+        prob[y0:y1, x0:x1] = p
+    return prob
+
+
+def test_two_rectangles_give_two_boxes_at_their_place_grown_back():
+    prob = _map(200, 400, [(40, 30, 240, 50), (60, 120, 360, 150)])
+    params = DetParams()
+    boxes = boxes_from_map(prob, 200, 400, params)
+    assert len(boxes) == 2
+    top, bottom = sorted(boxes, key=lambda b: float(b.quad[:, 1].mean()))
+    for box, (x0, y0, x1, y1) in ((top, (40, 30, 240, 50)), (bottom, (60, 120, 360, 150))):
+        q = box.quad
+        assert box.score == pytest.approx(0.9, abs=0.02)
+        # clockwise from top-left
+        assert q[0, 0] < q[1, 0] and q[0, 1] < q[3, 1] and q[2, 0] > q[3, 0]
+        # the kernel is grown by area * ratio / perimeter on every side
+        h, w = y1 - y0, x1 - x0
+        d = h * w * params.unclip_ratio / (2 * (h + w))
+        assert q[:, 0].min() == pytest.approx(x0 - d, abs=2.5)
+        assert q[:, 0].max() == pytest.approx(x1 + d, abs=2.5)
+        assert q[:, 1].min() == pytest.approx(y0 - d, abs=2.5)
+        assert q[:, 1].max() == pytest.approx(y1 + d, abs=2.5)
+
+
+def test_boxes_scale_from_map_to_page_pixels():
+    prob = _map(100, 200, [(20, 40, 120, 60)])
+    (small,) = boxes_from_map(prob, 100, 200, DetParams())
+    (big,) = boxes_from_map(prob, 300, 600, DetParams())
+    np.testing.assert_allclose(big.quad, small.quad * 3, atol=3.5)
+
+
+def test_faint_tiny_and_rotated_regions():
+    params = DetParams()
+    faint = _map(100, 200, [(20, 40, 120, 60)], p=0.4)  # above thresh, below box_thresh
+    assert boxes_from_map(faint, 100, 200, params) == []
+    speck = _map(100, 200, [(20, 40, 22, 42)])
+    assert boxes_from_map(speck, 100, 200, params) == []
+    import cv2
+
+    rotated = np.zeros((300, 300), np.float32)
+    rect = ((150.0, 150.0), (200.0, 20.0), 10.0)
+    cv2.fillPoly(rotated, [cv2.boxPoints(rect).astype(np.int32)], 0.95)
+    (box,) = boxes_from_map(rotated, 300, 300, params)
+    edge = box.quad[1] - box.quad[0]
+    assert np.degrees(np.arctan2(edge[1], edge[0])) == pytest.approx(10.0, abs=1.5)
+
+
+def test_det_shape_multiples_of_32_within_budget():
+    params = DetParams(limit_side=1600)
+    budget = 1600 * 1600 / np.sqrt(2)
+    for h, w in [(3508, 2480), (1013, 463), (20000, 300), (32, 32), (600, 800)]:
+        rh, rw = det_shape(h, w, params)
+        assert rh % 32 == 0 and rw % 32 == 0
+        assert rh * rw <= budget * 1.1
+        assert abs(rh / rw - h / w) / (h / w) < 0.25 or min(rh, rw) == 32
+    # a small receipt is enlarged, an A4 scan reduced
+    assert min(det_shape(1013, 463, params)) >= 700
+    assert max(det_shape(3508, 2480, params)) <= 1650
+
+
+def test_det_batches_only_group_pages_of_one_shape():
+    shapes = [(640, 480), (1024, 736), (640, 480), (640, 480), (1024, 736)]
+    batches = plan_batches(shapes, max_batch=2)
+    seen = sorted(i for _, idx in batches for i in idx)
+    assert seen == [0, 1, 2, 3, 4]
+    for shape, idx in batches:
+        assert len(idx) <= 2
+        assert all(shapes[i] == shape for i in idx)

@@ -1,0 +1,54 @@
+"""Choosing a backend: ``auto``, lazy imports, and GPUs that were asked for but are missing."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from ocrstream.errors import FatalError
+from ocrstream.processors.ocr.backends import create, resolve, session_options
+from ocrstream.settings import OcrSettings
+
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+HAS_TRT = importlib.util.find_spec("tensorrt") is not None
+
+
+def test_auto_on_cpu_is_openvino_when_installed():
+    expected = "openvino" if HAS_OPENVINO else "onnxruntime"
+    assert resolve(OcrSettings(backend="auto", device="cpu")) == expected
+    assert create(OcrSettings(backend="auto", device="cpu")).name == expected
+
+
+def test_auto_on_cuda_is_a_gpu_backend_never_the_cpu():
+    key = resolve(OcrSettings(backend="auto", device="cuda"))
+    assert key == ("tensorrt" if HAS_TRT else "torch")
+    assert resolve(OcrSettings(backend="onnxruntime", device="cuda:0")) == "ort_gpu"
+
+
+@pytest.mark.parametrize(
+    ("backend", "device"), [("tensorrt", "cpu"), ("openvino", "cuda"), ("openvino", "gpu")]
+)
+def test_backend_on_the_wrong_device_is_fatal(backend: str, device: str):
+    with pytest.raises(FatalError) as err:
+        create(OcrSettings(backend=backend, device=device))
+    assert err.value.code == "backend_unavailable"
+
+
+def test_missing_gpu_is_an_error_not_a_cpu_fallback():
+    """Whatever this machine has, asking for CUDA gives a CUDA engine or a FatalError."""
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    try:
+        engine = OcrEngine(OcrSettings(backend="auto", device="cuda", threads=2))
+    except FatalError as e:
+        assert "cuda" in str(e).lower() or "backend" in str(e).lower()
+    else:  # a machine with a GPU
+        assert engine.info.device == "cuda" and engine.info.backend in ("tensorrt", "torch")
+
+
+def test_cpu_sessions_run_fp32_unless_bf16_is_asked():
+    assert session_options(OcrSettings(device="cpu", precision="fp16")).precision == "fp32"
+    assert session_options(OcrSettings(device="cpu", precision="bf16")).precision == "bf16"
+    assert session_options(OcrSettings(device="cuda", precision="fp16")).precision == "fp16"
+    assert session_options(OcrSettings(threads=3)).threads == 3

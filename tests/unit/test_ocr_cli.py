@@ -1,0 +1,103 @@
+"""``ocrstream ocr``: images and PDFs to document.json or text, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import pymupdf
+import pytest
+from click.testing import CliRunner
+
+from ocrstream.cli import main
+from ocrstream.errors import FatalError
+from tests.fakes.engines import cer, render_text_page, scan_noise
+
+LINES = ["Quarterly report 2024", "Revenue grew by 12.5 percent"]
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, ocr_engine) -> CliRunner:
+    monkeypatch.setattr("ocrstream.cli.ocr.make_engine", lambda settings: ocr_engine)
+    return CliRunner()
+
+
+@pytest.fixture
+def scan(tmp_path: Path) -> Path:
+    path = tmp_path / "scan.jpg"
+    path.write_bytes(scan_noise(render_text_page(LINES), angle=0.5))
+    return path
+
+
+@pytest.fixture
+def pdf(tmp_path: Path, scan: Path) -> Path:
+    """Page 1: real text (a text layer); page 2: one full-page scanned image."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=360, height=120)
+    page.insert_text((24, 40), "Born digital text layer 4711", fontsize=14)
+    image = cv2.imread(str(scan))
+    h, w = image.shape[:2]
+    page = doc.new_page(width=w * 72 / 300, height=h * 72 / 300)
+    page.insert_image(page.rect, filename=str(scan))
+    path = tmp_path / "mixed.pdf"
+    doc.save(path)
+    doc.close()
+    return path
+
+
+def test_image_to_json_on_stdout(cli: CliRunner, scan: Path):
+    result = cli.invoke(main, ["--log-level", "WARNING", "ocr", str(scan)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["doc_id"] == "scan" and doc["status"] == "completed" and doc["page_count"] == 1
+    assert set(doc["engine"]) == {"backend", "model", "version"}
+    (page,) = doc["pages"]
+    assert page["page_no"] == 1 and page["status"] == "ok" and page["rotation"] == 0
+    text = "\n".join(line["text"] for line in page["lines"])
+    assert cer(text, "\n".join(LINES)) < 0.05
+    line = page["lines"][0]
+    assert set(line) == {"text", "confidence", "polygon"} and len(line["polygon"]) == 4
+
+
+def test_pdf_with_text_layer_and_scan_to_files(cli: CliRunner, pdf: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    result = cli.invoke(main, ["ocr", str(pdf), "--skip-text", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "mixed.json").read_text())
+    assert doc["status"] == "completed" and doc["page_count"] == 2
+    first, second = doc["pages"]
+    assert [ln["text"] for ln in first["lines"]] == ["Born digital text layer 4711"]
+    assert first["lines"][0]["confidence"] == 1.0  # from the text layer, not OCR
+    assert first["width"] == 1500  # pixels at 300 DPI
+    # the scanned page is used at its own resolution, not re-rendered
+    assert (second["width"], second["height"]) == cv2.imread(str(pdf.parent / "scan.jpg")).shape[
+        1::-1
+    ]
+    assert cer("\n".join(ln["text"] for ln in second["lines"]), "\n".join(LINES)) < 0.05
+
+    result = cli.invoke(main, ["ocr", str(pdf), "--format", "text", "-o", str(out)])
+    assert result.exit_code == 0
+    text = (out / "mixed.txt").read_text()
+    assert text.count("\f") == 1 and "4711" in text and "Quarterly" in text
+
+
+def test_a_bad_input_fails_alone_with_a_reason(cli: CliRunner, scan: Path, tmp_path: Path):
+    bad = tmp_path / "notes.png"
+    bad.write_bytes(b"this is not a png")
+    result = cli.invoke(main, ["ocr", str(scan), str(bad), "--format", "json"])
+    assert result.exit_code == 1
+    assert "notes.png" in result.stderr and "unsupported_type" in result.stderr
+    docs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [d["status"] for d in docs] == ["completed", "failed"]
+    assert docs[1]["error"]["code"] == "unsupported_type" and docs[1]["pages"] == []
+
+
+def test_engine_that_cannot_start_exits_2(monkeypatch: pytest.MonkeyPatch, scan: Path):
+    def broken(settings):
+        raise FatalError("no CUDA device", code="backend_unavailable")
+
+    monkeypatch.setattr("ocrstream.cli.ocr.make_engine", broken)
+    result = CliRunner().invoke(main, ["ocr", "--device", "cuda", str(scan)])
+    assert result.exit_code == 2
+    assert "backend_unavailable" in result.stderr

@@ -1,0 +1,158 @@
+"""The real engine on pages the tests render themselves (PyMuPDF, 300 DPI, scan noise)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ocrstream.processors.ocr.engine import OcrEngine
+from ocrstream.processors.ocr.models import MODEL_SETS, load_model_set
+from ocrstream.settings import OcrSettings
+from tests.fakes.engines import cer, render_text_page, scan_noise
+
+LINES = [
+    "Invoice 2024-0117 for ACME Corporation",
+    "Total amount due: 1,234.56 USD",
+    "Payment within 30 days of receipt.",
+    "Reference number 98765 and 43210",
+]
+TRUTH = "\n".join(LINES)
+
+
+@pytest.fixture(scope="module")
+def scanned() -> bytes:
+    return scan_noise(render_text_page(LINES), angle=1.0, sigma=8.0, quality=70)
+
+
+def test_scanned_page_reads_back(ocr_engine: OcrEngine, scanned: bytes):
+    (page,) = ocr_engine.recognize([scanned])
+    assert page.status == "ok"
+    assert cer(page.text, TRUTH) < 0.05, page.text
+    assert [line.text for line in page.lines][:1] == [LINES[0]]  # reading order
+    for line in page.lines:
+        assert 0.5 <= line.confidence <= 1.0
+        xs, ys = zip(*line.polygon, strict=True)
+        assert 0 <= min(xs) and max(xs) <= page.width and 0 <= min(ys) and max(ys) <= page.height
+        assert xs[0] < xs[1] and ys[0] < ys[3]  # clockwise from top-left
+    assert {"decode", "det", "rec", "total"} <= set(page.timings_ms)
+    assert page.timings_ms["total"] >= page.timings_ms["det"] + page.timings_ms["rec"] - 1e-6
+    assert (page.height, page.width) == render_text_page(LINES).shape[:2]
+
+
+def test_page_reads_the_same_alone_and_in_a_batch_of_32(ocr_engine: OcrEngine, scanned: bytes):
+    (alone,) = ocr_engine.recognize([scanned])
+    others: list[bytes | np.ndarray] = []
+    for i in range(31):
+        if i % 10 == 0:  # same size as the page, so it shares the page's det batch
+            other = render_text_page([f"Other page {i}", "with more text", "on four", "lines"])
+        else:
+            page = np.full((736 + 32 * (i % 3), 760 + 16 * (i % 5), 3), 255, np.uint8)
+            words = render_text_page([f"Word {i}"], width_in=2.0)
+            page[100 : 100 + words.shape[0], 50 : 50 + words.shape[1]] = words
+            other = page
+        others.append(scan_noise(other, seed=i) if i % 2 else other)
+    batch = [*others[:17], scanned, *others[17:]]
+    results = ocr_engine.recognize(batch)
+    assert len(results) == 32
+    inside = results[17]
+    assert [line.text for line in inside.lines] == [line.text for line in alone.lines]
+    for a, b in zip(alone.lines, inside.lines, strict=True):
+        np.testing.assert_allclose(a.polygon, b.polygon, atol=1.0)
+        assert a.confidence == pytest.approx(b.confidence, abs=1e-3)
+    assert "Word 1" in results[1].text
+
+
+def test_blank_undecodable_and_oversized_pages(ocr_engine: OcrEngine, scanned: bytes):
+    blank = np.full((800, 600, 3), 255, np.uint8)
+    gray = np.full((800, 600), 250, np.uint8)
+    big = np.zeros((ocr_engine.settings.max_page_pixels // 1000 + 1, 1001), np.uint8)
+    pages = ocr_engine.recognize([blank, b"not an image", scanned, gray, big])
+    assert [p.status for p in pages] == ["empty", "failed", "ok", "empty", "failed"]
+    assert pages[0].lines == () and (pages[0].width, pages[0].height) == (600, 800)
+    assert pages[1].error_code == "undecodable_image"
+    assert pages[4].error_code == "page_too_large"
+    assert pages[1].to_dict(2)["error"]["code"] == "undecodable_image"
+    assert ocr_engine.recognize([]) == []
+
+
+def test_engine_info(ocr_engine: OcrEngine):
+    info = ocr_engine.info
+    assert info.model == "ppocrv6-small"
+    assert info.backend in ("openvino", "onnxruntime")
+    assert "det:090f04ab" in info.version
+
+
+def _backends() -> list[str]:
+    names = ["onnxruntime"]
+    if importlib.util.find_spec("openvino"):
+        names.append("openvino")
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("onnx2torch"):
+        names.append("torch")
+    return names
+
+
+@pytest.mark.slow
+def test_backends_read_the_same_text(ocr_engine: OcrEngine, scanned: bytes):
+    if len(_backends()) < 2:
+        pytest.skip("only onnxruntime is installed")
+    (reference,) = ocr_engine.recognize([scanned])
+    for name in _backends():
+        if name == ocr_engine.info.backend:
+            continue
+        engine = OcrEngine(OcrSettings(backend=name, device="cpu", threads=2))
+        (page,) = engine.recognize([scanned])
+        assert [ln.text for ln in page.lines] == [ln.text for ln in reference.lines], name
+        for a, b in zip(page.lines, reference.lines, strict=True):
+            np.testing.assert_allclose(a.polygon, b.polygon, atol=1.5)
+
+
+def test_users_own_models_dir(tmp_path: Path):
+    tiny = load_model_set("ppocrv6-tiny")
+    dict_file = MODEL_SETS["ppocrv6-tiny"].dict_file
+    assert dict_file is not None
+    shutil.copy(tiny.det_path, tmp_path / "det.onnx")
+    shutil.copy(tiny.rec_path, tmp_path / "rec.onnx")
+    shutil.copy(dict_file.locate(), tmp_path / "dict.txt")
+    engine = OcrEngine(OcrSettings(model_dir=tmp_path, backend="onnxruntime", threads=2))
+    assert engine.info.model == f"dir:{tmp_path.name}"
+    (page,) = engine.recognize([render_text_page(LINES)])
+    assert cer(page.text, TRUTH) < 0.1, page.text
+
+
+@pytest.fixture(scope="module")
+def fixing_engine() -> OcrEngine:
+    return OcrEngine(OcrSettings(fix_orientation=True, deskew=True, threads=2))
+
+
+@pytest.fixture(scope="module")
+def full_page() -> tuple[np.ndarray, str]:
+    lines = [f"{i:02d} The quick brown fox jumps over the lazy dog" for i in range(14)]
+    return render_text_page(lines, width_in=6.0), "\n".join(lines)
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3])
+def test_turned_page_is_set_upright(fixing_engine: OcrEngine, full_page, turns: int):
+    image, truth = full_page
+    turned = np.ascontiguousarray(np.rot90(image, k=-turns))  # turned clockwise
+    (page,) = fixing_engine.recognize([turned])
+    assert page.rotation == (360 - 90 * turns) % 360
+    assert cer(page.text, truth) < 0.05, page.text
+    assert (page.height, page.width) == image.shape[:2]
+
+
+def test_skewed_page_is_deskewed(fixing_engine: OcrEngine, full_page):
+    import cv2
+
+    image, truth = full_page
+    h, w = image.shape[:2]
+    m = cv2.getRotationMatrix2D((w / 2, h / 2), 4.0, 1.0)
+    skewed = cv2.warpAffine(image, m, (w, h), borderValue=(255, 255, 255))
+    (page,) = fixing_engine.recognize([skewed])
+    assert page.skew == pytest.approx(-4.0, abs=0.3)
+    assert cer(page.text, truth) < 0.05, page.text
+    tops = [line.polygon[1][1] - line.polygon[0][1] for line in page.lines]
+    assert max(abs(t) for t in tops) < 6  # lines now level

