@@ -70,7 +70,8 @@ def test_batch_tensor_normalises_and_pads_with_zero():
     line = np.full((48, 40, 3), 255, np.uint8)
     line[:, :10] = 0
     t = batch_tensor([line], 64, RecParams())
-    assert t.shape == (1, 3, 48, 64) and t.dtype == np.float32
+    assert t.shape == (1, 3, 48, 64)
+    assert t.dtype == np.float32
     assert t[0, :, :, :10].max() == pytest.approx(-1.0)
     assert t[0, :, :, 10:40].min() == pytest.approx(1.0)
     assert not t[0, :, :, 40:].any()

@@ -25,7 +25,9 @@ def test_two_rectangles_give_two_boxes_at_their_place_grown_back():
         q = box.quad
         assert box.score == pytest.approx(0.9, abs=0.02)
         # clockwise from top-left
-        assert q[0, 0] < q[1, 0] and q[0, 1] < q[3, 1] and q[2, 0] > q[3, 0]
+        assert q[0, 0] < q[1, 0]
+        assert q[0, 1] < q[3, 1]
+        assert q[2, 0] > q[3, 0]
         # the kernel is grown by area * ratio / perimeter on every side
         h, w = y1 - y0, x1 - x0
         d = h * w * params.unclip_ratio / (2 * (h + w))
@@ -63,7 +65,8 @@ def test_det_shape_multiples_of_32_within_budget():
     budget = 1600 * 1600 / np.sqrt(2)
     for h, w in [(3508, 2480), (1013, 463), (20000, 300), (32, 32), (600, 800)]:
         rh, rw = det_shape(h, w, params)
-        assert rh % 32 == 0 and rw % 32 == 0
+        assert rh % 32 == 0
+        assert rw % 32 == 0
         assert rh * rw <= budget * 1.1
         assert abs(rh / rw - h / w) / (h / w) < 0.25 or min(rh, rw) == 32
     # a small receipt is enlarged, an A4 scan reduced

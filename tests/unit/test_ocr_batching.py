@@ -79,7 +79,8 @@ def test_a_page_that_crashes_the_engine_fails_alone():
         for w in (11, 12, 13, 14):
             batcher.submit(w, page(w))
         results = collect(batcher, 4)
-    assert results[13].status == "failed" and results[13].error_code == "engine_error"
+    assert results[13].status == "failed"
+    assert results[13].error_code == "engine_error"
     assert all(results[w].status == "ok" for w in (11, 12, 14))
 
 
@@ -89,7 +90,8 @@ def test_out_of_memory_splits_the_batch():
         for i in range(8):
             batcher.submit(i, page(10 + i))
         results = collect(batcher, 8)
-    assert all(r.status == "ok" for r in results.values()) and len(results) == 8
+    assert all(r.status == "ok" for r in results.values())
+    assert len(results) == 8
     assert engine.batches == [8, 4, 2, 2, 4, 2, 2]  # halves until they fit
 
 

@@ -50,14 +50,19 @@ def test_image_to_json_on_stdout(cli: CliRunner, scan: Path):
     result = cli.invoke(main, ["--log-level", "WARNING", "ocr", str(scan)])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["doc_id"] == "scan" and doc["status"] == "completed" and doc["page_count"] == 1
+    assert doc["doc_id"] == "scan"
+    assert doc["status"] == "completed"
+    assert doc["page_count"] == 1
     assert set(doc["engine"]) == {"backend", "model", "version"}
     (page,) = doc["pages"]
-    assert page["page_no"] == 1 and page["status"] == "ok" and page["rotation"] == 0
+    assert page["page_no"] == 1
+    assert page["status"] == "ok"
+    assert page["rotation"] == 0
     text = "\n".join(line["text"] for line in page["lines"])
     assert cer(text, "\n".join(LINES)) < 0.05
     line = page["lines"][0]
-    assert set(line) == {"text", "confidence", "polygon"} and len(line["polygon"]) == 4
+    assert set(line) == {"text", "confidence", "polygon"}
+    assert len(line["polygon"]) == 4
 
 
 def test_pdf_with_text_layer_and_scan_to_files(cli: CliRunner, pdf: Path, tmp_path: Path):
@@ -65,7 +70,8 @@ def test_pdf_with_text_layer_and_scan_to_files(cli: CliRunner, pdf: Path, tmp_pa
     result = cli.invoke(main, ["ocr", str(pdf), "--skip-text", "--output", str(out)])
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "mixed.json").read_text())
-    assert doc["status"] == "completed" and doc["page_count"] == 2
+    assert doc["status"] == "completed"
+    assert doc["page_count"] == 2
     first, second = doc["pages"]
     assert [ln["text"] for ln in first["lines"]] == ["Born digital text layer 4711"]
     assert first["lines"][0]["confidence"] == 1.0  # from the text layer, not OCR
@@ -79,7 +85,9 @@ def test_pdf_with_text_layer_and_scan_to_files(cli: CliRunner, pdf: Path, tmp_pa
     result = cli.invoke(main, ["ocr", str(pdf), "--format", "text", "-o", str(out)])
     assert result.exit_code == 0
     text = (out / "mixed.txt").read_text()
-    assert text.count("\f") == 1 and "4711" in text and "Quarterly" in text
+    assert text.count("\f") == 1
+    assert "4711" in text
+    assert "Quarterly" in text
 
 
 def test_a_bad_input_fails_alone_with_a_reason(cli: CliRunner, scan: Path, tmp_path: Path):
@@ -87,10 +95,12 @@ def test_a_bad_input_fails_alone_with_a_reason(cli: CliRunner, scan: Path, tmp_p
     bad.write_bytes(b"this is not a png")
     result = cli.invoke(main, ["ocr", str(scan), str(bad), "--format", "json"])
     assert result.exit_code == 1
-    assert "notes.png" in result.stderr and "unsupported_type" in result.stderr
+    assert "notes.png" in result.stderr
+    assert "unsupported_type" in result.stderr
     docs = [json.loads(line) for line in result.stdout.splitlines()]
     assert [d["status"] for d in docs] == ["completed", "failed"]
-    assert docs[1]["error"]["code"] == "unsupported_type" and docs[1]["pages"] == []
+    assert docs[1]["error"]["code"] == "unsupported_type"
+    assert docs[1]["pages"] == []
 
 
 def test_engine_that_cannot_start_exits_2(monkeypatch: pytest.MonkeyPatch, scan: Path):

@@ -43,7 +43,8 @@ BGR = RGB[..., ::-1]
 def test_lossless_formats_decode_exactly_to_bgr(fmt: str):
     kw = {"lossless": True} if fmt == "WEBP" else {}
     out = decode_image(_encode(Image.fromarray(RGB), fmt, **kw), max_pixels=LIMIT)
-    assert out.dtype == np.uint8 and out.shape == (48, 64, 3)
+    assert out.dtype == np.uint8
+    assert out.shape == (48, 64, 3)
     np.testing.assert_array_equal(out, BGR)
 
 

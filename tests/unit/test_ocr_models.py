@@ -24,9 +24,11 @@ def test_every_set_resolves_with_verified_files(name: str):
     spec = MODEL_SETS[name]
     assert sha256_file(models.det_path) == spec.det.sha256
     assert sha256_file(models.rec_path) == spec.rec.sha256
-    assert models.charset[0] == "" and models.charset[-1] == " "
+    assert models.charset[0] == ""
+    assert models.charset[-1] == " "
     assert len(models.charset) > 6000
-    assert models.pinned and models.name == name
+    assert models.pinned
+    assert models.name == name
     assert spec.det.sha256[:8] in models.version
 
 
