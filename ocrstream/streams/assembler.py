@@ -60,7 +60,7 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri
 from ocrstream.streams import outputs, topics
-from ocrstream.streams.app import make_app, raw_topic, topic_partitions
+from ocrstream.streams.app import GapGuard, make_app, raw_topic, topic_partitions
 from ocrstream.streams.dlq import dead_letter
 from ocrstream.streams.metrics import Metrics
 
@@ -447,24 +447,26 @@ def build_assembler(
         dpi=dpi,
     )
 
+    guard = GapGuard(app, kafka)
+
     async def results(stream: Any) -> None:
         async for event in stream.events():
             try:
-                await assembler.on_result(event)
+                await guard.guard(event, assembler.on_result)
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("results record %s not handled", event.message.offset)
 
     async def scans(stream: Any) -> None:
         async for event in stream.events():
             try:
-                await assembler.on_scan(event)
+                await guard.guard(event, assembler.on_scan)
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("scans record %s not handled", event.message.offset)
 
     async def deadlines(stream: Any) -> None:
         async for event in stream.events():
             try:
-                await assembler.on_deadline(event)
+                await guard.guard(event, assembler.on_deadline)
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("deadlines record %s not handled", event.message.offset)
 

@@ -62,7 +62,13 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import KafkaSettings, LimitsSettings, SplitterSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import topics
-from ocrstream.streams.app import DeliveryWindow, make_app, raw_topic, topic_partitions
+from ocrstream.streams.app import (
+    DeliveryWindow,
+    GapGuard,
+    make_app,
+    raw_topic,
+    topic_partitions,
+)
 from ocrstream.streams.dlq import dead_letter
 from ocrstream.streams.media import extension
 from ocrstream.streams.metrics import Metrics
@@ -443,10 +449,12 @@ def build_splitter(
         partitions=partitions,
     )
 
+    guard = GapGuard(app, kafka)
+
     async def split(stream: Any) -> None:
         async for event in stream.events():
             try:
-                await splitter.handle(event)
+                await guard.guard(event, splitter.handle)
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("scan record %s not handled", event.message.offset)
 
