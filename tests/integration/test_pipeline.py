@@ -73,6 +73,18 @@ def pipeline(
         thread.join(60)
         log.close()
         print((tmp_path / "agents.log").read_text(errors="replace")[-6000:])
+        _delete_internal_topics(topics)
+
+
+def _delete_internal_topics(kafka: KafkaSettings) -> None:
+    """faust's changelog, leader and deadline topics under the test prefix."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.librdkafka())
+    names = [n for n in admin.list_topics(timeout=10).topics
+             if n.startswith(f"{kafka.topic_prefix}ocrstream-")]  # fmt: skip
+    for fut in admin.delete_topics(names).values() if names else ():
+        fut.result(30)
 
 
 def read_all(kafka: KafkaSettings, name: str, codec: Codec) -> list[object]:
