@@ -143,6 +143,8 @@ class Assembler:
             with log_context(doc_id=result.doc_id, page=result.page_no, trace_id=result.trace_id):
                 try:
                     await self._page(result, bytes(event.value or b""))
+                except FatalError:
+                    raise
                 except Exception as e:
                     log.exception("page result failed unexpectedly")
                     await self._dead_letter(msg, e)
@@ -453,6 +455,10 @@ def build_assembler(
         async for event in stream.events():
             try:
                 await guard.guard(event, assembler.on_result)
+            except FatalError as e:  # configuration, credentials: exit, be restarted
+                log.critical("fatal: %s", e)
+                await app.crash(e)
+                raise
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("results record %s not handled", event.message.offset)
 
@@ -460,6 +466,10 @@ def build_assembler(
         async for event in stream.events():
             try:
                 await guard.guard(event, assembler.on_scan)
+            except FatalError as e:  # configuration, credentials: exit, be restarted
+                log.critical("fatal: %s", e)
+                await app.crash(e)
+                raise
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("scans record %s not handled", event.message.offset)
 
@@ -467,6 +477,10 @@ def build_assembler(
         async for event in stream.events():
             try:
                 await guard.guard(event, assembler.on_deadline)
+            except FatalError as e:  # configuration, credentials: exit, be restarted
+                log.critical("fatal: %s", e)
+                await app.crash(e)
+                raise
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("deadlines record %s not handled", event.message.offset)
 

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 import faust
 
-from ocrstream.errors import PoisonError, ReasonCode, RetriableError
+from ocrstream.errors import FatalError, PoisonError, ReasonCode, RetriableError
 from ocrstream.logs import log_context
 from ocrstream.processors.ocr.types import Line as OcrLine
 from ocrstream.processors.split import iter_pages, sniff
@@ -208,6 +208,8 @@ class Splitter:
             with log_context(doc_id=scan.doc_id, trace_id=scan.trace_id):
                 try:
                     await self._scan(scan)
+                except FatalError:
+                    raise
                 except Exception as e:
                     log.exception("splitting failed unexpectedly")
                     await self._fail(scan, DocumentFailed("internal_error", repr(e)))
@@ -386,8 +388,7 @@ class Splitter:
                 log.warning("store unavailable (%s); retry %d in %.1fs", e, attempt, delay)
                 await asyncio.sleep(delay)
             except PoisonError as e:
-                code = "source_missing" if e.code == "object_not_found" else str(e.code)
-                raise DocumentFailed(code, str(e)) from e
+                raise DocumentFailed(str(e.code), str(e)) from e
 
     async def _fail(self, scan: ScanSubmitted, failure: DocumentFailed) -> None:
         event = failed_document(scan, failure.code, str(failure), failure.page_count)
@@ -455,6 +456,10 @@ def build_splitter(
         async for event in stream.events():
             try:
                 await guard.guard(event, splitter.handle)
+            except FatalError as e:  # configuration, credentials: exit, be restarted
+                log.critical("fatal: %s", e)
+                await app.crash(e)
+                raise
             except Exception:  # last resort: an escaping error would crash-loop the agent
                 log.exception("scan record %s not handled", event.message.offset)
 

@@ -251,6 +251,8 @@ class OcrWorker:
             except RetriableError as e:
                 self._schedule_retry(item, e, now)
                 continue
+            except FatalError:  # e.g. the store refuses our credentials: exit, be restarted
+                raise
             except Exception as e:  # a bug in decoding must fail the page, not the worker
                 log.exception("preparing %s page %d failed", item.task.doc_id, item.task.page_no)
                 page = PreparedPage(item.task, error=ErrorInfo("prepare_error", repr(e)))
