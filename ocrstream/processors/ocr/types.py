@@ -47,6 +47,7 @@ class PageOCR:
     error_code: str | None = None
     error_message: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    skew: float = 0.0  # degrees the page was turned counter-clockwise by deskew (0: not)
 
     @property
     def text(self) -> str:
