@@ -261,3 +261,18 @@ class SupervisorSettings(BaseSettings):
     restart_backoff_s: float = 1.0
     restart_backoff_max_s: float = 30.0
     stop_timeout_s: float = 90.0
+
+
+class ScaleSettings(BaseSettings):
+    """``ocrstream scale``: the local lag autoscaler (the rule KEDA applies in Kubernetes)."""
+
+    model_config = _frozen("OCRSTREAM_SCALE_")
+
+    min_replicas: int = 1
+    max_replicas: int = 2
+    lag_threshold: int = 20
+    activation_lag_threshold: int = 0
+    cooldown_s: float = 60.0
+    stabilization_window_s: float = 60.0
+    interval_s: float = 5.0
+    metrics_port: int = 9104

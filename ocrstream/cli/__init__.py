@@ -7,7 +7,6 @@ Each subcommand lives in its own module and is imported only when it is run, so
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 import click
 
@@ -47,8 +46,8 @@ class LazyGroup(click.Group):
             if e.name == module_name:
                 return None
             raise
-        command: Any = getattr(module, attr)
-        return command  # type: ignore[no-any-return]
+        command: click.Command = getattr(module, attr)
+        return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

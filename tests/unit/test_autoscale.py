@@ -54,7 +54,10 @@ def test_scale_down_is_stabilised_but_scale_up_is_immediate() -> None:
     assert a.decide(82.0, 95, current=1).desired == 10
 
 
-@pytest.mark.parametrize("kwargs", [{"lag_threshold": 0}, {"min_replicas": 5, "max_replicas": 2}])
-def test_invalid_policy_is_refused(kwargs: dict[str, int]) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"lag_threshold": 0}, "lag_threshold"), ({"min_replicas": 5, "max_replicas": 2}, "min")],
+)
+def test_invalid_policy_is_refused(kwargs: dict[str, int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
         ScalePolicy(**kwargs)
