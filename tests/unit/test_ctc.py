@@ -75,3 +75,26 @@ def test_batch_tensor_normalises_and_pads_with_zero():
     assert t[0, :, :, :10].max() == pytest.approx(-1.0)
     assert t[0, :, :, 10:40].min() == pytest.approx(1.0)
     assert not t[0, :, :, 40:].any()
+
+
+def test_compact_ctc_head_decodes_like_the_full_output(tmp_path):
+    """The derived rec model (best class + probability per step) reads exactly the same."""
+    from ocrstream.processors.ocr.backends.base import SessionOptions
+    from ocrstream.processors.ocr.backends.onnxruntime_backend import OnnxRuntimeBackend
+    from ocrstream.processors.ocr.models import ctc_best_model, load_model_set
+
+    models = load_model_set("ppocrv6-tiny")
+    made = ctc_best_model(models.rec_path, tmp_path)
+    assert made is not None
+    path, classes = made
+    assert classes == len(models.charset)
+    assert ctc_best_model(models.rec_path, tmp_path) == made  # cached by the source's hash
+    backend, options = OnnxRuntimeBackend(), SessionOptions(threads=1)
+    full, compact = (
+        backend.load(models.rec_path, "rec", options),
+        backend.load(path, "rec", options),
+    )
+    x = np.random.default_rng(0).uniform(-1, 1, (3, 3, 48, 160)).astype(np.float32)
+    out = compact.run(x)
+    assert out.shape[2] == 2
+    assert ctc_greedy(out, models.charset) == ctc_greedy(full.run(x), models.charset)

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -35,7 +36,7 @@ from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
-from ocrstream.processors.ocr.models import ModelSet, load_model_set
+from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, load_model_set
 from ocrstream.processors.ocr.order import reading_order
 from ocrstream.processors.ocr.orientation import (
     classify_orientation,
@@ -52,6 +53,10 @@ PageInput = bytes | bytearray | memoryview | npt.NDArray[np.generic]
 K = TypeVar("K")
 
 CLS_SHAPE = (48, 192)
+# Backends that run on the CPU here: their rec model gets the compact CTC head
+# (models.ctc_best_model) and two streams of rec batches side by side.
+CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
+REC_STREAMS = 2
 CLS_THRESH = 0.9
 
 
@@ -101,13 +106,22 @@ class OcrEngine:
             opt_shape=(settings.det_batch, 3, 1280, 960),
             max_shape=(max(1, settings.det_batch), 3, 4096, 4096),
         )
+        rec_path, self._rec_classes = self.models.rec_path, 0
+        cpu = self._backend.name in CPU_BACKENDS
+        if cpu:
+            compact = ctc_best_model(self.models.rec_path, settings.engine_cache_dir)
+            if compact is not None:
+                rec_path, self._rec_classes = compact
         self._rec = self._load(
-            self.models.rec_path,
+            rec_path,
             "rec",
             min_shape=(1, 3, h, 32),
             opt_shape=(settings.rec_batch, 3, h, 640),
             max_shape=(max(1, settings.rec_batch), 3, h, self.rec_params.max_width),
+            streams=REC_STREAMS if cpu else 1,
         )
+        concurrency = int(getattr(self._rec, "concurrency", 1))
+        self._pool = ThreadPoolExecutor(concurrency, "ocr-rec") if concurrency > 1 else None
         self._cls: InferSession | None = None
         if settings.use_cls and self.models.cls_path is not None:
             self._cls = self._load(self.models.cls_path, "cls", opt_shape=(64, 3, *CLS_SHAPE))
@@ -145,7 +159,7 @@ class OcrEngine:
     def _check_charset(self) -> tuple[str, ...]:
         """Match the dictionary to the rec model's classes (with or without the space)."""
         probe = np.zeros((1, 3, self.rec_params.height, self.rec_params.min_width), np.float32)
-        classes = int(self._rec.run(probe).shape[-1])
+        classes = self._rec_classes or int(self._rec.run(probe).shape[-1])
         charset = self.models.charset
         if classes == len(charset):
             return charset
@@ -229,15 +243,27 @@ class OcrEngine:
             )
 
     def _read_lines(self, lines: list[ImageBGR]) -> list[tuple[str, float]]:
-        """Recognise line crops already at the model's height (for decisions, not output)."""
+        """Recognise line crops already at the model's height: width-bucketed batches, run
+        side by side when the rec session allows it, the costliest first."""
         params = self.rec_params
         widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
-        out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
-        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, params):
+        batches = rec_mod.plan_batches(widths, self.settings.rec_batch, params)
+        if self._pool is not None and len(batches) == 1 and len(batches[0]) > 1:
+            half = (len(batches[0]) + 1) // 2
+            batches = [batches[0][:half], batches[0][half:]]
+        batches.sort(key=lambda idx: -len(idx) * widths[idx[0]])
+
+        def run(idx: list[int]) -> list[tuple[str, float]]:
             batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)
-            for i, result in zip(
-                idx, rec_mod.ctc_greedy(self._rec.run(batch), self._charset), strict=True
-            ):
+            return rec_mod.ctc_greedy(self._rec.run(batch), self._charset)
+
+        if self._pool is not None and len(batches) > 1:
+            results = list(self._pool.map(run, batches))
+        else:
+            results = [run(idx) for idx in batches]
+        out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
+        for idx, decoded in zip(batches, results, strict=True):
+            for i, result in zip(idx, decoded, strict=True):
                 out[i] = result
         return out
 
@@ -287,17 +313,15 @@ class OcrEngine:
             return
         if self._cls is not None:
             self._classify_lines(lines, owners, pages)
-        widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
-        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, params):
-            start = time.perf_counter()
-            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)
-            probs = self._rec.run(batch)
-            decoded = rec_mod.ctc_greedy(probs, self._charset)
-            share = (time.perf_counter() - start) * 1000 / len(idx)
-            for j, i in enumerate(idx):
-                pi, bi = owners[i]
-                pages[pi].texts[bi] = decoded[j]
-                pages[pi].ms["rec"] += share
+        start = time.perf_counter()
+        decoded = self._read_lines(lines)
+        # Batches mix pages (and may run side by side): each line is charged its share of the
+        # stage's wall time by width, which is what its recognition costs.
+        widths = np.array([line.shape[1] for line in lines], np.float64)
+        per_px = (time.perf_counter() - start) * 1000 / max(1.0, float(widths.sum()))
+        for (pi, bi), result, width in zip(owners, decoded, widths.tolist(), strict=True):
+            pages[pi].texts[bi] = result
+            pages[pi].ms["rec"] += per_px * width
 
     def _classify_lines(
         self, lines: list[ImageBGR], owners: list[tuple[int, int]], pages: list[_Page]

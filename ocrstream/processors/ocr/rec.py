@@ -80,11 +80,19 @@ def plan_batches(widths: Sequence[int], max_lines: int, params: RecParams) -> li
 
 def ctc_greedy(probs: FloatArray, charset: Sequence[str]) -> list[tuple[str, float]]:
     """Greedy CTC over a batch (N × T × C): best class per step, repeats collapsed, blanks
-    (class 0) dropped; confidence is the mean probability of the kept steps."""
+    (class 0) dropped; confidence is the mean probability of the kept steps.
+
+    ``probs`` may also be the compact N × T × 2 output of a ``ctc_best`` model (best class as
+    a float, its probability), told apart by its last dimension.
+    """
     if probs.ndim != 3:
         raise ValueError(f"CTC input must be N x T x C, not {probs.shape}")
-    idx = probs.argmax(axis=2)
-    best = np.take_along_axis(probs, idx[..., None], axis=2)[..., 0]
+    if probs.shape[2] == 2 and len(charset) > 2:
+        idx = probs[..., 0].astype(np.int64)
+        best = probs[..., 1]
+    else:
+        idx = probs.argmax(axis=2)
+        best = np.take_along_axis(probs, idx[..., None], axis=2)[..., 0]
     keep = idx != 0
     keep[:, 1:] &= idx[:, 1:] != idx[:, :-1]
     counts = keep.sum(axis=1)

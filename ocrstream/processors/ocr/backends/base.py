@@ -34,6 +34,9 @@ class SessionOptions:
     max_shape: tuple[int, int, int, int] | None = None
     cache_dir: Path | None = None
     compile: bool = False  # torch: wrap the converted module in torch.compile (GPU workers)
+    # CPU backends: how many ``run`` calls may go at once, each on threads // streams threads.
+    # A session that allows it says so in its ``concurrency`` attribute (default 1).
+    streams: int = 1
 
 
 @runtime_checkable
@@ -49,5 +52,4 @@ class InferSession(Protocol):
 class Backend(Protocol):
     name: str
 
-    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> InferSession:
-        ...
+    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> InferSession: ...

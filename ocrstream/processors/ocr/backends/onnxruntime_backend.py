@@ -1,8 +1,11 @@
 """ONNX Runtime on CPU: the reference backend.
 
 One session per model: intra-op threads from the settings, one inter-op thread, sequential
-execution and every graph optimisation. The memory arena is kept off for det, whose input
-shape changes with every page size (an arena sized for the largest page would stay resident).
+execution and every graph optimisation. With ``SessionOptions.streams`` > 1 the threads are
+split between that many concurrent ``run`` calls (two rec batches at once on one thread each
+beat one batch on two threads by 10-30% on 2 cores). The memory arena is kept off for det,
+whose input shape changes with every page size (an arena sized for the largest page would
+stay resident).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ class OrtSession:
                 code="backend_unavailable",
             )
         so = ort.SessionOptions()
-        so.intra_op_num_threads = max(1, options.threads)
+        streams = max(1, min(options.streams, options.threads))
+        so.intra_op_num_threads = max(1, options.threads // streams)
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -43,6 +47,7 @@ class OrtSession:
             raise FatalError(f"onnxruntime cannot load {model_path}: {e}") from e
         self._input = self._session.get_inputs()[0].name
         self._output = self._session.get_outputs()[0].name
+        self.concurrency = streams  # InferenceSession.run is safe to call from several threads
         self.device = "cpu"
         self.kind = kind
 

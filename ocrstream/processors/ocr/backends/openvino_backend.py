@@ -1,9 +1,14 @@
 """OpenVINO on CPU.
 
-Models are read from ONNX with dynamic batch and spatial dims, compiled once per process with
-the LATENCY hint (the engine runs one request at a time, already batched, so THROUGHPUT's extra
-streams only split the cores between idle requests), and cached compiled in
-``SessionOptions.cache_dir`` so a restarted worker skips most of the compile.
+Models are read from ONNX with dynamic batch and spatial dims, compiled once per process and
+cached compiled in ``SessionOptions.cache_dir`` so a restarted worker skips most of the compile.
+
+With ``SessionOptions.streams`` = 1 (det) the model is compiled with the LATENCY hint: one
+request, all threads on it. With 2 (rec, which the engine runs as many batches) it is compiled
+for THROUGHPUT with that many streams and as many requests, and ``run`` may be called from that
+many threads at once: on 2 cores two rec batches side by side took ~5-10% less time than the
+same lines one batch after the other with both threads each. For det it was no faster (a lone
+page then waits on one thread), so det stays on LATENCY.
 
 Precision: f32 unless the settings ask for ``bf16`` explicitly. OpenVINO would pick bf16 by
 itself on CPUs with AVX512-BF16/AMX; that is faster but changes the text now and then, and a
@@ -12,6 +17,7 @@ backend choice must not change results behind the user's back.
 
 from __future__ import annotations
 
+import queue
 import threading
 from pathlib import Path
 from typing import Any
@@ -46,11 +52,14 @@ class OpenVinoSession:
                 code="backend_unavailable",
             )
         core = _shared_core()
+        streams = max(1, min(options.streams, options.threads))
         config: dict[str, Any] = {
-            "PERFORMANCE_HINT": "LATENCY",
+            "PERFORMANCE_HINT": "THROUGHPUT" if streams > 1 else "LATENCY",
             "INFERENCE_NUM_THREADS": max(1, options.threads),
             "INFERENCE_PRECISION_HINT": "bf16" if options.precision == "bf16" else "f32",
         }
+        if streams > 1:
+            config["NUM_STREAMS"] = streams
         if options.cache_dir is not None:
             cache = Path(options.cache_dir) / "openvino"
             cache.mkdir(parents=True, exist_ok=True)
@@ -61,13 +70,21 @@ class OpenVinoSession:
             self._compiled = core.compile_model(model, "CPU", config)
         except Exception as e:  # OpenVINO raises RuntimeError subclasses freely
             raise FatalError(f"openvino cannot compile {model_path}: {e}") from e
-        self._request = self._compiled.create_infer_request()
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for _ in range(streams):
+            self._requests.put(self._compiled.create_infer_request())
+        self.concurrency = streams
         self.device = "cpu"
         self.kind = kind
 
     def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        self._request.infer({0: np.ascontiguousarray(batch, dtype=np.float32)})
-        return np.array(self._request.get_output_tensor(0).data, dtype=np.float32)
+        """Run one batch; up to ``concurrency`` threads may call this at once."""
+        request = self._requests.get()
+        try:
+            request.infer({0: np.ascontiguousarray(batch, dtype=np.float32)})
+            return np.array(request.get_output_tensor(0).data, dtype=np.float32)
+        finally:
+            self._requests.put(request)
 
 
 def _dynamic_shape(kind: ModelKind, options: SessionOptions) -> Any:
