@@ -26,6 +26,8 @@ while pages are fetched and decoded in a thread pool and batches run in the engi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -44,6 +46,7 @@ from ocrstream.schemas.codec import Codec, UnencodableRecordError
 from ocrstream.schemas.records import ErrorInfo, PageResult, PageTask
 from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerSettings
 from ocrstream.streams import dlq, topics
+from ocrstream.streams.gpu_metrics import start_gpu_metrics
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.ocr_batch import (
     MicroBatcher,
@@ -161,10 +164,13 @@ class OcrWorker:
             on_lost=self._on_lost,
         )
         log.info("ocr worker %s consuming %s as group member", self.worker_id, self.topic)
+        gpu = start_gpu_metrics(self.engine.info.device, self.metrics)
         try:
             while not stop.is_set():
                 self.step()
         finally:
+            if gpu is not None:
+                gpu.stop()
             self.shutdown()
 
     def step(self) -> None:
@@ -233,8 +239,10 @@ class OcrWorker:
         self._submit(_Item(origin, task))
 
     def _submit(self, item: _Item) -> None:
+        with _context(item):  # the decode thread logs with the page's context
+            run = contextvars.copy_context().run
         item.future = self._decode_pool.submit(
-            prepare_page, item.task, self.fetch, max_pixels=self.limits.max_page_pixels
+            run, prepare_page, item.task, self.fetch, max_pixels=self.limits.max_page_pixels
         )
         self._preparing.append(item)
 
@@ -246,16 +254,19 @@ class OcrWorker:
             if not fut.done():
                 pending.append(item)
                 continue
-            try:
-                page = fut.result()
-            except RetriableError as e:
-                self._schedule_retry(item, e, now)
-                continue
-            except FatalError:  # e.g. the store refuses our credentials: exit, be restarted
-                raise
-            except Exception as e:  # a bug in decoding must fail the page, not the worker
-                log.exception("preparing %s page %d failed", item.task.doc_id, item.task.page_no)
-                page = PreparedPage(item.task, error=ErrorInfo("prepare_error", repr(e)))
+            with _context(item):
+                try:
+                    page = fut.result()
+                except RetriableError as e:
+                    self._schedule_retry(item, e, now)
+                    continue
+                except FatalError:  # e.g. the store refuses our credentials: exit, be restarted
+                    raise
+                except Exception as e:  # a bug in decoding must fail the page, not the worker
+                    log.exception(
+                        "preparing %s page %d failed", item.task.doc_id, item.task.page_no
+                    )
+                    page = PreparedPage(item.task, error=ErrorInfo("prepare_error", repr(e)))
             self.metrics.stage_seconds.labels("decode").observe(page.decode_ms / 1000)
             self._batcher.add((item, page), now)
         self._preparing = pending
@@ -335,7 +346,8 @@ class OcrWorker:
         )
         for (item, _), result in zip(batch, results, strict=True):
             self.metrics.pages.labels(STAGE, result.status.value).inc()
-            self._produce(item.origin, result)
+            with _context(item):
+                self._produce(item.origin, result)
 
     # --- produce --------------------------------------------------------------------------
 
@@ -458,6 +470,17 @@ class OcrWorker:
         self._tracker.forget(list(tps))
         self._assigned -= tps
         self._paused -= tps
+
+
+def _context(item: _Item) -> contextlib.AbstractContextManager[None]:
+    """Log context of one page: topic[partition]@offset, doc_id, page and trace id."""
+    topic, partition, offset = item.origin
+    return log_context(
+        tp=f"{topic}[{partition}]@{offset}",
+        doc_id=item.task.doc_id,
+        page=item.task.page_no,
+        trace_id=item.task.trace_id,
+    )
 
 
 def _origin(msg: Message) -> Origin:

@@ -1,0 +1,98 @@
+"""JSON log lines carry the record they are about: doc_id, page, topic[partition]@offset and the
+trace id — also for what the OCR worker logs from its decode threads."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from ocrstream.errors import RetriableError
+from ocrstream.logs import ContextFilter, JsonFormatter, log_context
+from tests.unit.test_worker import (
+    CODEC,
+    FakeConsumer,
+    FakeProducer,
+    make_worker,
+    png,
+    results,
+    run_until,
+    task,
+)
+
+
+@pytest.fixture
+def json_lines() -> Iterator[io.StringIO]:
+    """Root logging into a buffer as JSON lines, as ``--log-json`` configures it."""
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield buf
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def lines(buf: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in buf.getvalue().splitlines() if line.strip()]
+
+
+def test_a_json_line_carries_the_context_fields(json_lines: io.StringIO) -> None:
+    log = logging.getLogger("tests.logs")
+    with log_context(tp="ocr.pages.v1[3]@42", trace_id="t-1"):
+        with log_context(doc_id="doc-7", page=2):
+            log.warning("page %d is odd", 2)
+        log.info("outside the page")
+    log.info("no context")
+
+    first, second, third = lines(json_lines)
+    assert first["msg"] == "page 2 is odd"
+    assert first["level"] == "WARNING"
+    assert (first["doc_id"], first["page"], first["tp"], first["trace_id"]) == (
+        "doc-7", 2, "ocr.pages.v1[3]@42", "t-1",
+    )  # fmt: skip
+    assert second["tp"] == "ocr.pages.v1[3]@42"
+    assert "doc_id" not in second
+    assert "doc_id" not in third
+    assert "tp" not in third
+
+
+def test_worker_logs_carry_the_page_they_are_about(json_lines: io.StringIO) -> None:
+    """A retried fetch (logged in the decode thread and in the loop) names its page."""
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    calls = {"n": 0}
+    fetch_log = logging.getLogger("tests.logs.fetch")
+
+    def fetch(uri: str) -> bytes:
+        calls["n"] += 1
+        fetch_log.info("fetching %s", uri)  # runs in the worker's decode thread
+        if calls["n"] == 1:
+            raise RetriableError("store unavailable", code="store_unavailable")
+        return png(21)
+
+    page = dataclasses.replace(task("doc-9", 2, width=21, uri="s3://b/p/00002.png"), trace_id="tr9")
+    consumer.push(0, b"doc-9", CODEC.encode(page))
+    worker = make_worker(consumer, producer, fetch=fetch)
+    run_until(worker, lambda: len(results(producer)) == 1)
+
+    got = lines(json_lines)
+    about_page = [
+        rec for rec in got if rec["logger"] in ("tests.logs.fetch", "ocrstream.streams.worker")
+        and ("fetching" in str(rec["msg"]) or "retry" in str(rec["msg"]))
+    ]  # fmt: skip
+    assert len(about_page) >= 3, got  # two fetches and the retry warning
+    for rec in about_page:
+        assert rec["doc_id"] == "doc-9", rec
+        assert rec["page"] == 2, rec
+        assert rec["tp"] == "ocr.pages.v1[0]@0", rec
+        assert rec["trace_id"] == "tr9", rec
