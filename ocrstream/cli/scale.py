@@ -45,7 +45,8 @@ def scale(
     settings = defaults.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     kafka, worker = KafkaSettings(), WorkerSettings()
     serve(settings.metrics_port)
-    lag = GroupLag(kafka, worker.group, kafka.topic("ocr.pages.v1"))
+    # The workers' group id carries the topic prefix (``streams.worker.consumer_config``).
+    lag = GroupLag(kafka, kafka.topic(worker.group), kafka.topic("ocr.pages.v1"))
     try:
         partitions = lag.partitions()
     except RetriableError as e:

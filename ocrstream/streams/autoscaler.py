@@ -107,7 +107,7 @@ class LocalAutoscaler:
         self.autoscaler, self.read_lag, self.spawn = autoscaler, read_lag, spawn
         self.metrics, self.interval_s, self.stop_timeout_s = metrics, interval_s, stop_timeout_s
         self.workers: list[_Worker] = []
-        self._stopping: list[subprocess.Popen[bytes]] = []
+        self._stopping: list[_Worker] = []
         self.last: Decision | None = None
 
     @property
@@ -118,10 +118,11 @@ class LocalAutoscaler:
         for w in [w for w in self.workers if w.proc.poll() is not None]:
             log.warning("worker %d (pid %d) exited with %s", w.index, w.proc.pid, w.proc.returncode)
             self.workers.remove(w)
-        self._stopping = [p for p in self._stopping if p.poll() is None]
+        self._stopping = [w for w in self._stopping if w.proc.poll() is None]
 
     def _free_index(self) -> int:
-        used = {w.index for w in self.workers}
+        # Not the index of a worker still draining either: it holds its metrics port.
+        used = {w.index for w in self.workers} | {w.index for w in self._stopping}
         return next(i for i in range(len(used) + 1) if i not in used)
 
     def tick(self, now: float | None = None) -> Decision | None:
@@ -148,7 +149,7 @@ class LocalAutoscaler:
                 w = max(self.workers, key=lambda w: w.index)
                 self.workers.remove(w)
                 w.proc.send_signal(signal.SIGTERM)
-                self._stopping.append(w.proc)
+                self._stopping.append(w)
         self.metrics.autoscaler_lag.set(lag)
         self.metrics.autoscaler_desired_replicas.set(decision.desired)
         self.metrics.autoscaler_replicas.set(self.replicas)
@@ -163,7 +164,7 @@ class LocalAutoscaler:
             self.shutdown()
 
     def shutdown(self) -> None:
-        procs = [w.proc for w in self.workers] + self._stopping
+        procs = [w.proc for w in self.workers + self._stopping]
         self.workers, self._stopping = [], []
         for p in procs:
             if p.poll() is None:
