@@ -150,6 +150,12 @@ class OcrEngine:
     def info(self) -> EngineInfo:
         return self._info
 
+    def close(self) -> None:
+        """Stop the rec thread pool (sessions are freed with the engine)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
     def _load(self, path: object, kind: str, **shape: object) -> InferSession:
         from pathlib import Path
 

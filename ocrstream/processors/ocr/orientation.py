@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -94,30 +95,41 @@ def upside_down(
 
 
 def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:
-    """The counter-clockwise rotation in degrees that levels the text lines (0 if none)."""
-    gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image
-    h, w = gray.shape[:2]
-    scale = min(1.0, work_side / max(h, w))
-    if scale < 1.0:
-        gray = cv2.resize(
-            gray, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA
-        )
-    _, ink = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
-    if ink.mean() < 0.002 or ink.mean() > 0.5:
+    """The counter-clockwise rotation in degrees that levels the text lines (0 if none).
+
+    A coarse search in 0.5° steps on the page at half ``work_side``, then 0.1° steps around
+    the best on the page at ``work_side``: ~0.1 s for an A4 scan.
+    """
+    gray = np.asarray(cv2.cvtColor(image, cv2.COLOR_BGR2GRAY) if image.ndim == 3 else image)
+    fine_ink = _ink(gray, work_side)
+    if fine_ink is None:
         return 0.0  # blank, or not a page of dark text on light ground
-    ink = ink.astype(np.float32)
-
-    def sharpness(angle: float) -> float:
-        hh, ww = ink.shape
-        m = cv2.getRotationMatrix2D((ww / 2.0, hh / 2.0), angle, 1.0)
-        rotated = cv2.warpAffine(ink, m, (ww, hh), flags=cv2.INTER_NEAREST)
-        profile = rotated.sum(axis=1)
-        return float(np.square(np.diff(profile)).sum())
-
+    coarse_ink = _ink(gray, work_side // 2)
+    assert coarse_ink is not None
     coarse = np.arange(-max_angle, max_angle + 1e-6, 0.5)
-    scores = [sharpness(float(a)) for a in coarse]
-    best = float(coarse[int(np.argmax(scores))])
-    fine = np.arange(best - 0.4, best + 0.41, 0.1)
-    scores = [sharpness(float(a)) for a in fine]
-    angle = float(fine[int(np.argmax(scores))])
+    best = float(coarse[int(np.argmax([_sharpness(coarse_ink, float(a)) for a in coarse]))])
+    fine = np.arange(best - 0.5, best + 0.51, 0.1)
+    angle = float(fine[int(np.argmax([_sharpness(fine_ink, float(a)) for a in fine]))])
     return round(angle, 2) if abs(angle) >= 0.1 else 0.0
+
+
+def _ink(gray: npt.NDArray[Any], side: int) -> npt.NDArray[np.float32] | None:
+    h, w = gray.shape[:2]
+    scale = min(1.0, side / max(h, w))
+    if scale < 1.0:
+        size = (max(1, round(w * scale)), max(1, round(h * scale)))
+        gray = np.asarray(cv2.resize(gray, size, interpolation=cv2.INTER_AREA))
+    _, ink = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
+    share = float(ink.mean())
+    if share < 0.002 or share > 0.5:
+        return None
+    return ink.astype(np.float32)
+
+
+def _sharpness(ink: npt.NDArray[np.float32], angle: float) -> float:
+    """How sharply the rows of ``ink`` turned by ``angle`` alternate between text and gaps."""
+    hh, ww = ink.shape
+    m = cv2.getRotationMatrix2D((ww / 2.0, hh / 2.0), angle, 1.0)
+    rotated = cv2.warpAffine(ink, m, (ww, hh), flags=cv2.INTER_NEAREST)
+    profile = rotated.sum(axis=1)
+    return float(np.square(np.diff(profile)).sum())
