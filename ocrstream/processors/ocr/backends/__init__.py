@@ -14,12 +14,18 @@ paddle, cpu or cuda       ``paddle_backend``                         ``PaddleBac
 Each class takes no constructor arguments and implements :class:`base.Backend`.
 
 ``auto`` on CPU is OpenVINO when it is installed. Measured on this project's 2-core Xeon
-(AVX-512, no AMX), PP-OCRv6 small, 2 threads, fp32, best of 3 (other jobs were running, so read
-the ratios, not the absolute times): det on a 1280×896 page 0.16 s with OpenVINO against 0.64 s
-with onnxruntime (~4x, and ~4x again in a second run); rec on 32 lines at 48×480 0.53 s both.
+(AVX-512, no AMX), PP-OCRv6 small, 2 threads, fp32 (other jobs were running, so read the
+ratios, not the absolute times):
+
+- det, one 1280×896 page: OpenVINO 0.16 s, onnxruntime 0.64 s (~4x in two runs);
+- rec, 16 lines at 48×960, best of 5 interleaved: OpenVINO 0.54 s (0.49 s as two streams),
+  onnxruntime 0.65 s (0.58 s as two streams); at 48×320: 0.16 s against 0.27 s;
+- whole A4 pages at 300 DPI through the engine: OpenVINO 3.2-3.5 s/page, onnxruntime
+  4.3-5.7 s/page (RapidOCR 3.10 with the same models and threads: 5.3 s/page).
+
 OpenVINO's own default on this CPU would be bf16, which was slower here (0.23 s det, 0.82 s
-rec) and changes the probabilities by ~0.05, so it runs in f32. Without OpenVINO, ``auto`` is
-onnxruntime.
+rec for 32 lines at 48×480) and changes the probabilities by ~0.05, so it runs in f32. Without
+OpenVINO, ``auto`` is onnxruntime.
 
 ``auto`` on a CUDA device is TensorRT when ``tensorrt`` imports, else torch. A GPU backend that
 was asked for and cannot start raises :class:`FatalError`; nothing falls back to the CPU.
