@@ -67,6 +67,19 @@ def object_store(s3_settings: S3Settings) -> Iterator[ObjectStore]:
     store.remove_bucket()
 
 
+@pytest.fixture
+def metrics_ports() -> Iterator[None]:
+    """The fixed metrics ports Prometheus scrapes (9101-9104, 9110+), for this test alone.
+
+    Agents on those ports are one set at a time across every pytest process and
+    ``ocrstream bench pipeline`` on the machine: they all hold this lock while theirs run."""
+    from ocrstream.services.process import file_lock
+    from ocrstream.services.prometheus import METRICS_PORTS_LOCK
+
+    with file_lock(METRICS_PORTS_LOCK):
+        yield
+
+
 @pytest.fixture(scope="session")
 def ocr_engine():  # type: ignore[no-untyped-def]
     """One real OCR engine (default settings) shared by the tests that read pages."""

@@ -186,7 +186,7 @@ def engine(
 
 def _command_line(ctx: click.Context) -> str:
     """The command as typed, rebuilt from the options that differ from their defaults."""
-    parts = ["ocrstream", "bench", "engine"]
+    parts = ["ocrstream", "bench", ctx.command.name or "engine"]
     for param in ctx.command.params:
         if not isinstance(param, click.Option) or param.name is None:
             continue

@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -33,6 +34,9 @@ METRICS_PORTS: dict[str, int] = {
     "ocr-worker": 9110,
 }
 MAX_LOCAL_OCR_WORKERS = 10
+# One set of agents at a time on those ports: a test or benchmark that runs agents on them
+# holds this lock (``ocrstream.services.process.file_lock``) for as long as they run.
+METRICS_PORTS_LOCK = Path(tempfile.gettempdir()) / "ocrstream-metrics-ports.lock"
 
 _DEBIAN_BINARY = Path("/usr/bin/prometheus")
 

@@ -45,7 +45,7 @@ def cer(got: str, want: str) -> float:
 
 @pytest.fixture
 def pipeline(
-    topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path
+    topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path, metrics_ports: None
 ) -> Iterator[Supervisor]:
     """Splitter, one OCR worker and the assembler as child processes on this test's topics and
     bucket; small claim-check threshold so that big pages travel through the store."""
