@@ -53,17 +53,38 @@ class ImageHeader:
 
 
 def probe(data: bytes, *, max_pixels: int) -> ImageHeader:
-    """Read format and size from the header only; ``max_pixels`` bounds PIL's own bomb check."""
-    _set_pil_limit(max_pixels)
+    """Read format and size from the header only (nothing is decoded).
+
+    PIL's process-wide bomb guard (``Image.MAX_IMAGE_PIXELS``) is left as it is: other
+    components rely on it, and changing it per call would loosen their guard behind their back.
+    A JPEG it refuses is opened with the JPEG plugin directly, which reads the header the same
+    way, so that it can still be shrunk while decoding.
+    """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
+            with _open(data, bomb_check=True) as im:
                 return ImageHeader(im.format or "?", im.width, im.height, im.mode)
     except Image.DecompressionBombError as e:
+        if data[:3] == b"\xff\xd8\xff":
+            try:
+                with _open(data, bomb_check=False) as im:
+                    return ImageHeader("JPEG", im.width, im.height, im.mode)
+            except (OSError, ValueError, SyntaxError) as inner:
+                raise UndecodableImageError(f"not a readable JPEG: {inner}") from inner
         raise PageTooLargeError(f"image is far over the limit of {max_pixels} pixels") from e
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise UndecodableImageError(f"not a readable image: {e}") from e
+
+
+def _open(data: bytes, *, bomb_check: bool) -> Image.Image:
+    """``Image.open``, or for a JPEG without PIL's bomb check, the JPEG plugin itself (our own
+    pixel limit is checked from the header before anything is decoded)."""
+    if bomb_check:
+        return Image.open(io.BytesIO(data))
+    from PIL import JpegImagePlugin
+
+    return JpegImagePlugin.JpegImageFile(io.BytesIO(data))
 
 
 def decode_image(
@@ -108,7 +129,7 @@ def _decode_reduced(raw: bytes, header: ImageHeader, max_pixels: int, downscale:
     else:
         raise too_large
     try:
-        with Image.open(io.BytesIO(raw)) as im:
+        with _open(raw, bomb_check=False) as im:
             im.draft("RGB", (w, h))
             if im.width * im.height > max_pixels:
                 raise too_large
@@ -203,11 +224,3 @@ def encode_png(image: ImageBGR) -> bytes:
     if not ok:
         raise UndecodableImageError("cannot encode PNG")
     return bytes(buf)
-
-
-def _set_pil_limit(max_pixels: int) -> None:
-    """PIL's bomb check raises past 2x ``MAX_IMAGE_PIXELS``; ours is stricter and comes next.
-
-    The JPEG path can shrink 64x while decoding, so PIL must let such headers open.
-    """
-    Image.MAX_IMAGE_PIXELS = max(1, max_pixels) * 64

@@ -122,7 +122,9 @@ def _png_claiming(width: int, height: int) -> bytes:
 
 def test_decompression_bomb_is_refused_from_the_header():
     bomb = _png_claiming(35_000, 35_000)
-    assert probe(bomb, max_pixels=80_000_000).pixels == 35_000 * 35_000
+    with pytest.raises(PageTooLargeError):
+        probe(bomb, max_pixels=80_000_000)
+    assert probe(_png_claiming(9_000, 9_000), max_pixels=80_000_000).pixels == 81_000_000
     tracemalloc.start()
     try:
         with pytest.raises(PageTooLargeError) as err:
@@ -150,3 +152,21 @@ def test_multi_frame_tiff_decodes_its_first_page():
     buf = io.BytesIO()
     frames[0].save(buf, "TIFF", save_all=True, append_images=frames[1:])
     np.testing.assert_array_equal(decode_image(buf.getvalue(), max_pixels=LIMIT), BGR)
+
+
+def _jpeg_claiming(width: int, height: int) -> bytes:
+    data = bytearray(_encode(Image.new("L", (16, 16), 255), "JPEG"))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def test_pils_global_guard_is_left_alone_and_huge_jpeg_headers_still_probe():
+    before = Image.MAX_IMAGE_PIXELS
+    header = probe(_jpeg_claiming(30_000, 20_000), max_pixels=80_000_000)
+    assert (header.format, header.width, header.height) == ("JPEG", 30_000, 20_000)
+    with pytest.raises(PageTooLargeError):  # 1/8 per side is still 9.4 Mpx
+        decode_image(_jpeg_claiming(30_000, 20_000), max_pixels=5_000_000)
+    with pytest.raises(PageTooLargeError):
+        decode_image(_png_claiming(35_000, 35_000), max_pixels=10**12)  # PIL's guard holds
+    assert before == Image.MAX_IMAGE_PIXELS
