@@ -18,12 +18,13 @@ buffers. A lock makes concurrent callers take turns.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import cv2
 import numpy as np
@@ -382,12 +383,13 @@ class OcrEngine:
 
     def stream(
         self,
-        pages: Iterable[tuple[K, PageInput]],
+        pages: Iterable[tuple[K, PageInput]] | queue.Queue[Any],
         *,
         max_batch: int = 16,
         max_wait_s: float = 0.05,
     ) -> Iterator[tuple[K, PageOCR]]:
-        """Recognise pages as they arrive; yield ``(key, result)`` as each batch completes."""
+        """Recognise pages as they arrive (an iterable of ``(key, image)``, or a queue of them
+        ended by ``None``); yield ``(key, result)`` as each batch completes, in that order."""
         from ocrstream.processors.ocr.batching import BatchingEngine
 
         batcher: BatchingEngine[K] = BatchingEngine(
