@@ -161,3 +161,14 @@ def test_skewed_page_is_deskewed(fixing_engine: OcrEngine, full_page):
     assert cer(page.text, truth) < 0.05, page.text
     tops = [line.polygon[1][1] - line.polygon[0][1] for line in page.lines]
     assert max(abs(t) for t in tops) < 6  # lines now level
+
+
+def test_line_classifier_turns_upside_down_lines(scanned: bytes):
+    """With use_cls, lines printed upside down are turned before recognition."""
+    import cv2
+
+    engine = OcrEngine(OcrSettings(use_cls=True, threads=2))
+    upright = cv2.imdecode(np.frombuffer(scanned, np.uint8), cv2.IMREAD_COLOR)
+    (page,) = engine.recognize([np.ascontiguousarray(upright[::-1, ::-1])])
+    assert page.rotation == 0  # the page was not turned: each line was
+    assert cer("\n".join(sorted(ln.text for ln in page.lines)), "\n".join(sorted(LINES))) < 0.05
