@@ -83,9 +83,25 @@ class LagReader:
                 out[key] = (pair[0], pair[1])
         return out
 
+    def partitions(self, names: Iterable[str]) -> dict[str, list[int]]:
+        """The partitions of each topic (topics that don't exist are left out)."""
+        meta = self.admin.list_topics(timeout=self.timeout_s)
+        return {
+            name: sorted(meta.topics[name].partitions)
+            for name in names
+            if name in meta.topics and meta.topics[name].error is None
+        }
+
     def read(self) -> list[PartitionLag]:
-        """The lag of every partition every group has committed for."""
+        """The lag of every partition of every topic a group has committed for: partitions it
+        never committed on (no record reached them yet) count from their earliest record, so
+        new records there show up as lag even when the group's consumers are gone."""
         by_group = {group: self.committed(group) for group in self.groups()}
+        parts = self.partitions({topic for offsets in by_group.values() for topic, _ in offsets})
+        for offsets in by_group.values():
+            for topic in {topic for topic, _ in offsets}:
+                for p in parts.get(topic, ()):
+                    offsets.setdefault((topic, p), -1)
         marks = self.watermarks({tp for offsets in by_group.values() for tp in offsets})
         return [
             PartitionLag(group, topic, partition, committed, *marks[(topic, partition)])

@@ -1,0 +1,424 @@
+"""A real Prometheus scrapes the real agents through an end-to-end run.
+
+The local Prometheus (``ocrstream infra up``, 127.0.0.1:19090) scrapes the fixed ports of
+infra/prometheus/prometheus.yml, so the agents run on those ports here — splitter 9101,
+assembler 9102, lag exporter 9103, the local autoscaler 9104 and the OCR worker it starts on
+9110 — under the lock every user of those ports takes. Documents go through (good scans, one
+with a broken page, one that is not a PDF, and undecodable records for the dead-letter
+topic), and then:
+
+- every agent serves the DESIGN.md metrics it is responsible for, as Prometheus stores them;
+- every PromQL expression of the dashboards and of the recording rules returns data over the
+  run (a range query), the recorded series exist, and the alert expressions evaluate — only
+  the dead-letter alert holding, since dead letters were sent;
+- with the agents stopped, ``ocrstream_consumer_lag`` on the lag exporter's ``/metrics``
+  equals what the Kafka admin API says for every group, topic and partition of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from ocrstream.client import OcrClient
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import DocumentStatus, PageImage, PageTask
+from ocrstream.services.process import file_lock
+from ocrstream.services.prometheus import METRICS_PORTS_LOCK, PrometheusService
+from ocrstream.settings import (
+    KafkaSettings,
+    OcrSettings,
+    S3Settings,
+    ServicesSettings,
+    SupervisorSettings,
+    WorkerSettings,
+)
+from ocrstream.storage import ObjectStore
+from ocrstream.streams import topics as t
+from ocrstream.streams.gpu_metrics import cuda_index
+from ocrstream.streams.supervisor import AgentSpec, Supervisor, ocrstream_command
+from ocrstream.streams.topics import delete_topics, ensure_topics
+from tests import hostile, samples
+from tests.promql import ROOT, metric_names, promql_items
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+PROMETHEUS = "http://127.0.0.1:19090"
+JOBS = {"splitter": "9101", "assembler": "9102", "lag-exporter": "9103", "autoscaler": "9104",
+        "ocr-worker": "9110"}  # fmt: skip
+# What each agent must serve (DESIGN.md "Metrics"; histograms by their _count).
+SERVED = {
+    "splitter": ["ocrstream_pages_total", "ocrstream_documents_total",
+                 "ocrstream_stage_seconds_count", "ocrstream_document_latency_seconds_count",
+                 "ocrstream_dlq_total"],
+    "ocr-worker": ["ocrstream_pages_total", "ocrstream_stage_seconds_count",
+                   "ocrstream_batch_size_count", "ocrstream_worker_info", "ocrstream_dlq_total"],
+    "assembler": ["ocrstream_pages_total", "ocrstream_documents_total",
+                  "ocrstream_stage_seconds_count", "ocrstream_document_latency_seconds_count",
+                  "ocrstream_inflight_documents"],
+    "lag-exporter": ["ocrstream_consumer_lag"],
+    "autoscaler": ["ocrstream_autoscaler_replicas", "ocrstream_autoscaler_desired_replicas"],
+}  # fmt: skip
+GPU_METRICS = {"ocrstream_gpu_utilization_ratio", "ocrstream_gpu_memory_used_bytes"}
+
+
+# --- Prometheus's HTTP API -----------------------------------------------------------------------
+
+
+def api(path: str, **params: Any) -> Any:
+    url = f"{PROMETHEUS}/api/v1/{path}"
+    if params:
+        url += "?" + urllib.parse.urlencode(params)
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def query(expr: str) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = api("query", query=expr)["result"]
+    return result
+
+
+def query_range(expr: str, start: float, end: float, step: float = 5.0) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = api("query_range", query=expr, start=start, end=end,
+                                       step=step)["result"]  # fmt: skip
+    return result
+
+
+def has_numbers(result: list[dict[str, Any]]) -> bool:
+    """At least one sample that is a number (not NaN): a panel that would show something."""
+    values = [v for series in result for _, v in series.get("values", [series.get("value")])]
+    return any(not math.isnan(float(v)) for v in values)
+
+
+def wait_for(what: str, check: Any, timeout: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def scalar(expr: str) -> float:
+    result = query(expr)
+    return float(result[0]["value"][1]) if result else float("nan")
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    kafka: KafkaSettings
+    s3: S3Settings
+    env: dict[str, str]
+    supervisor: Supervisor
+    thread: threading.Thread
+    log: Path
+    started: float = 0.0
+    finished: float = 0.0
+    statuses: dict[str, DocumentStatus] = field(default_factory=dict)
+
+    def stop_agents(self) -> None:
+        self.supervisor.stop()
+        self.thread.join(180)
+
+
+def ensure_prometheus_config() -> None:
+    """Prometheus runs with this repository's scrape config and rules (reloaded if stale)."""
+    try:
+        api("status/buildinfo")
+    except OSError:
+        pytest.skip("no Prometheus on 127.0.0.1:19090: run `ocrstream infra up`")
+    PrometheusService(ServicesSettings()).reconfigure()  # renders; POST /-/reload if changed
+    source = yaml.safe_load((ROOT / "infra" / "prometheus" / "prometheus.yml").read_text())
+    want = {job["job_name"] for job in source["scrape_configs"]}
+
+    def loaded() -> bool:
+        running = yaml.safe_load(api("status/config")["yaml"])
+        jobs = {job["job_name"] for job in running["scrape_configs"]}
+        groups = {g["name"] for g in api("rules")["groups"]}
+        return jobs == want and {"ocrstream.recording", "ocrstream.alerts"} <= groups
+
+    if not loaded():  # a rule file added since it started, or rendered and never reloaded
+        request = urllib.request.Request(f"{PROMETHEUS}/-/reload", method="POST")
+        urllib.request.urlopen(request, timeout=30).close()
+    wait_for("Prometheus to load the scrape config and the rules", loaded, 30)
+    targets = {(t_["labels"]["job"], t_["scrapeUrl"]) for t_ in api("targets")["activeTargets"]}
+    for job, port in JOBS.items():
+        assert (job, f"http://127.0.0.1:{port}/metrics") in targets, (job, sorted(targets))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    ensure_prometheus_config()
+    tag = f"obs-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaSettings(topic_prefix=f"t-{tag}.")
+    s3 = S3Settings(bucket=f"t-{tag}")
+    ensure_topics(kafka, partitions_scale=0.125)
+    store = ObjectStore(s3)
+    store.ensure_bucket()
+    env = {
+        **os.environ,
+        "OCRSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
+        "OCRSTREAM_S3_BUCKET": s3.bucket,
+        "OCRSTREAM_OCR_THREADS": "2",
+        "OCRSTREAM_LAG_INTERVAL_S": "1",
+        "OCRSTREAM_ASSEMBLER_SCAN_INTERVAL_S": "1",
+        "OCRSTREAM_WORKER_MAX_WAIT_MS": "50",
+    }
+    specs = [
+        AgentSpec("splitter", ("splitter", "--metrics-port", JOBS["splitter"])),
+        AgentSpec("assembler", ("assembler", "--metrics-port", JOBS["assembler"])),
+        AgentSpec("lag-exporter", ("lag-exporter", "--metrics-port", JOBS["lag-exporter"])),
+        # The autoscaler starts the OCR worker(s) on 9110 + i.
+        AgentSpec("autoscaler", ("scale", "--min", "1", "--max", "2", "--lag-threshold", "5",
+                                 "--cooldown", "5", "--stabilization", "10", "--interval", "1",
+                                 "--metrics-port", JOBS["autoscaler"])),
+    ]  # fmt: skip
+    log_path = tmp_path_factory.mktemp("observability") / "agents.log"
+    with file_lock(METRICS_PORTS_LOCK), open(log_path, "wb") as log:
+        supervisor = Supervisor(specs, SupervisorSettings(stop_timeout_s=120), env=env,
+                                stdout=log.fileno())  # fmt: skip
+        thread = threading.Thread(target=supervisor.run, daemon=True)
+        thread.start()
+        the_run = Run(kafka, s3, env, supervisor, thread, log_path)
+        try:
+            drive(the_run)
+            yield the_run
+        finally:
+            the_run.stop_agents()
+            print(log_path.read_text(errors="replace")[-5000:])
+            admin = AdminClient(kafka.librdkafka())
+            names = [n for n in admin.list_topics(timeout=10).topics
+                     if n.startswith(kafka.topic_prefix)]  # fmt: skip
+            for fut in admin.delete_topics(names).values() if names else ():
+                fut.result(30)
+            delete_topics(kafka)
+            store.remove_bucket()
+
+
+def drive(run: Run) -> None:
+    """Agents scraped and up; documents and dead letters through; Prometheus has seen it all."""
+
+    def all_up() -> bool:
+        return all(query(f'up{{job="{job}", instance="127.0.0.1:{port}"}} == 1')
+                   for job, port in JOBS.items())  # fmt: skip
+
+    run.started = time.time()
+    wait_for("every agent to be up in Prometheus", all_up, 240, every=2)
+
+    kafka = run.kafka
+    junk = Producer(kafka.librdkafka())
+    junk.produce(kafka.topic(t.SCANS), key=b"junk-1", value=b"\x00not avro")
+    junk.produce(kafka.topic(t.PAGES), key=b"junk/1", value=b"\x00not avro either")
+    assert junk.flush(10) == 0
+
+    client = OcrClient(kafka, run.s3)
+    docs = {f"scan-{i}": samples.scanned_pdf(pages=2, lines_per_page=4, dpi=100, seed=70 + i).data
+            for i in range(3)}  # fmt: skip
+    docs["truncated"] = hostile.truncated_pdf()  # a page that cannot be read: partial
+    docs["not-a-pdf"] = hostile.not_a_pdf()  # failed
+    for doc_id, data in docs.items():  # spread over several scrapes
+        client.submit(data, doc_id=doc_id)
+        time.sleep(3)
+    events = client.wait_many(list(docs), timeout_s=300)
+    client.close()
+    assert set(events) == set(docs), f"no terminal event for {set(docs) - set(events)}"
+    run.statuses = {doc_id: event.status for doc_id, event in events.items()}
+    assert run.statuses["truncated"] is DocumentStatus.PARTIAL
+    assert run.statuses["not-a-pdf"] is DocumentStatus.FAILED
+    assert all(run.statuses[f"scan-{i}"] is DocumentStatus.COMPLETED for i in range(3))
+
+    # A second dead letter a few scrapes after the first: the DLQ counter *rises* in Prometheus.
+    junk.produce(kafka.topic(t.SCANS), key=b"junk-2", value=b"\x00still not avro")
+    assert junk.flush(10) == 0
+    wait_for("Prometheus to count every document and dead letter",
+             lambda: scalar("sum(ocrstream_documents_total)") == len(docs)
+             and scalar("sum(ocrstream_dlq_total)") == 3, 60)  # fmt: skip
+    time.sleep(11)  # two more scrapes and rule evaluations
+    run.finished = time.time()
+
+
+# --- the tests ------------------------------------------------------------------------------------
+
+
+def test_every_agent_serves_its_design_metrics(run: Run) -> None:
+    missing = []
+    for job, names in SERVED.items():
+        for name in names:
+            if not query_range(f'{name}{{job="{job}"}}', run.started, run.finished):
+                missing.append(f"{job}: {name}")
+    assert not missing, missing
+    dlq = {(s["metric"]["job"], s["metric"]["stage"], s["metric"]["code"])
+           for s in query("ocrstream_dlq_total")}  # fmt: skip
+    assert ("splitter", "splitter", "unknown_schema") in dlq, dlq
+    assert ("ocr-worker", "ocr", "unknown_schema") in dlq, dlq
+    info = query("ocrstream_worker_info")[0]["metric"]
+    assert info["device"] == OcrSettings().device
+    assert info["backend"]
+    assert info["model"]
+
+
+def _needs_gpu(expr: str) -> bool:
+    return bool(metric_names(expr) & GPU_METRICS)
+
+
+def test_every_dashboard_and_recording_rule_expression_returns_data(run: Run) -> None:
+    items = [i for i in promql_items() if i.kind in ("panel", "record") and not _needs_gpu(i.expr)]
+    assert len(items) > 20
+    empty = [f"{i.source}: {i.expr}" for i in items
+             if not has_numbers(query_range(i.expr, run.started, run.finished))]  # fmt: skip
+    assert not empty, "\n".join(empty)
+    # Prometheus evaluated the rules into the recorded series, too.
+    records = [i.name for i in promql_items() if i.kind == "record"]
+    unrecorded = [n for n in records if not has_numbers(query_range(n, run.started, time.time()))]
+    assert not unrecorded, unrecorded
+
+
+def test_alert_expressions_evaluate_and_only_the_dead_letter_alert_holds(run: Run) -> None:
+    alerts = {i.name: i.expr for i in promql_items() if i.kind == "alert"}
+    assert set(alerts) >= {"OcrstreamDeadLetters", "OcrstreamLagExporterDown",
+                           "OcrstreamNoProgress", "OcrstreamConsumerLagGrowing"}  # fmt: skip
+    holding = {name for name, expr in alerts.items() if query(expr)}
+    assert holding == {"OcrstreamDeadLetters"}, holding
+    stages = {s["metric"]["stage"] for s in query(alerts["OcrstreamDeadLetters"])}
+    assert "splitter" in stages
+
+
+def test_gpu_panels_return_data_on_a_gpu_worker(run: Run) -> None:
+    device = OcrSettings().device
+    if cuda_index(device) is None:
+        pytest.skip(f"the OCR worker runs on {device!r}: on a CPU the GPU gauges are not "
+                    "exported at all (a zero would read as an idle GPU)")  # fmt: skip
+    items = [i for i in promql_items() if _needs_gpu(i.expr)]
+    assert items
+    empty = [i.source for i in items if not has_numbers(query_range(i.expr, run.started,
+                                                                       run.finished))]  # fmt: skip
+    assert not empty, empty
+
+
+def test_stage_names_in_use_match_the_dashboards(run: Run) -> None:
+    """The dashboards select stages by name (split.*, ocr, assembl.*): those exist."""
+    stages = {s["metric"]["stage"] for s in query_range("ocrstream_pages_total", run.started,
+                                                          run.finished)}  # fmt: skip
+    assert {"splitter", "ocr", "assembler"} <= stages, stages
+
+
+# --- lag: the exporter against the admin API ------------------------------------------------------
+
+_LAG_LINE = re.compile(r"^ocrstream_consumer_lag\{([^}]*)\} (\S+)$")
+
+
+def exported_lag(url: str, prefix: str) -> dict[tuple[str, str, int], int]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = _LAG_LINE.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels["group"].startswith(prefix):
+            out[(labels["group"], labels["topic"], int(labels["partition"]))] = int(
+                float(m.group(2))
+            )
+    return out
+
+
+def offsets(admin: AdminClient, tps: list[TopicPartition], spec: OffsetSpec) -> dict[int, int]:
+    futures = admin.list_offsets({tp: spec for tp in tps})
+    return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
+
+
+def admin_lag(admin: AdminClient, prefix: str) -> dict[tuple[str, str, int], int]:
+    """High watermark minus committed offset (earliest offset where nothing is committed) for
+    every partition of every topic each of the run's groups committed on."""
+    groups = [g.group_id for g in admin.list_consumer_groups().result().valid
+              if g.group_id.startswith(prefix)]  # fmt: skip
+    meta = admin.list_topics(timeout=10)
+    out = {}
+    for group in groups:
+        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+        committed = {(tp.topic, tp.partition): tp.offset
+                     for tp in fut.result().topic_partitions or [] if tp.error is None}  # fmt: skip
+        for topic in {topic for topic, _ in committed}:
+            if topic.startswith("__") or topic not in meta.topics:
+                continue
+            tps = [TopicPartition(topic, p) for p in meta.topics[topic].partitions]
+            high = offsets(admin, tps, OffsetSpec.latest())
+            low = offsets(admin, tps, OffsetSpec.earliest())
+            for p in high:
+                start = committed.get((topic, p), -1)
+                out[(group, topic, p)] = high[p] - (start if start >= 0 else low[p])
+    return out
+
+
+def test_exported_lag_equals_the_admin_api(run: Run) -> None:
+    run.stop_agents()  # workers, splitter and assembler gone: nothing moves any more
+    kafka = run.kafka
+    pages = kafka.topic(t.PAGES)
+    admin = AdminClient(kafka.librdkafka())
+    partitions = sorted(admin.list_topics(pages, timeout=10).topics[pages].partitions)
+    # One new page per partition, also on partitions the workers never committed on.
+    codec, producer = Codec(kafka), Producer(kafka.librdkafka())
+    gray = samples.render_lines(["lag"], dpi=30)
+    image = PageImage("png", data=samples.encode_image(gray, "png", 30))
+    for p in partitions:
+        task = PageTask(doc_id=f"lag-{p}", page_no=1, page_count=1, image=image,
+                        width=gray.shape[1], height=gray.shape[0])  # fmt: skip
+        producer.produce(pages, key=f"lag-{p}/1".encode(), value=codec.encode(task, pages),
+                         partition=p)  # fmt: skip
+    assert producer.flush(10) == 0
+
+    env = {**run.env, "OCRSTREAM_LAG_INTERVAL_S": "1"}
+    command = ocrstream_command(["lag-exporter", "--metrics-port", JOBS["lag-exporter"]])
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{JOBS['lag-exporter']}/metrics"
+        worker_group = kafka.topic(WorkerSettings().group)
+
+        def agree() -> tuple[dict[Any, int], dict[Any, int]] | None:
+            before = admin_lag(admin, kafka.topic_prefix)
+            try:
+                exported = exported_lag(url, kafka.topic_prefix)
+            except OSError:
+                return None
+            after = admin_lag(admin, kafka.topic_prefix)
+            return (exported, after) if before == after == exported else None
+
+        try:
+            exported, computed = wait_for("the exporter to agree with the admin API", agree, 60)
+        except AssertionError:
+            raise AssertionError(
+                f"exported {exported_lag(url, kafka.topic_prefix)}\n"
+                f"admin    {admin_lag(admin, kafka.topic_prefix)}"
+            ) from None
+        worker = {k: v for k, v in exported.items() if k[0] == worker_group and k[1] == pages}
+        assert sorted(p for _, _, p in worker) == partitions
+        assert sum(worker.values()) == len(partitions)  # exactly the pages no one consumed
+        assert any(k[0] != worker_group for k in computed)  # the faust agents' groups too
+    finally:
+        proc.terminate()
+        proc.wait(30)
