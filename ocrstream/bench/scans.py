@@ -8,7 +8,8 @@ same work.
 - :func:`scanned_pdf`: one PDF from page images (each image stored once, however often used).
 - :func:`page_images`: the page images: synthetic A4 pages (:mod:`ocrstream.bench.datasets`,
   with known text) or a dataset's images, one distinct file per page of the run.
-- :func:`long_scanned_pdf` and :func:`splitter_peak_rss`: a 2,000-page scan split by
+- :func:`long_scanned_pdf` and :func:`splitter_peak_rss`: a 2,000-page scan (every tenth page
+  a PNG the splitter has to decode and re-encode) split by
   :func:`ocrstream.processors.split.iter_pages` in a fresh process, whose high-water mark
   (``VmHWM``) is the splitter's peak RSS for that document.
 """
@@ -89,11 +90,31 @@ def page_images(
     return samples
 
 
-def long_scanned_pdf(pages: int, images: Sequence[bytes], dpi: float = DEFAULT_DPI) -> bytes:
-    """A ``pages``-page scan cycling through ``images`` (each stored once: a small file)."""
+def long_scanned_pdf(
+    pages: int, images: Sequence[bytes], dpi: float = DEFAULT_DPI, converted_every: int = 10
+) -> bytes:
+    """A ``pages``-page scan cycling through ``images`` (each stored once: a small file).
+    Every ``converted_every``-th page is a gray PNG instead (Flate in the PDF), which the
+    splitter must decode and re-encode rather than pass through."""
     if not images:
         raise ValueError("need at least one page image")
-    return scanned_pdf([images[i % len(images)] for i in range(pages)], dpi=dpi)
+    gray = _gray_png(images[0]) if converted_every > 0 else b""
+    chosen = [
+        gray if converted_every > 0 and i % converted_every == converted_every - 1
+        else images[i % len(images)]
+        for i in range(pages)
+    ]  # fmt: skip
+    return scanned_pdf(chosen, dpi=dpi)
+
+
+def _gray_png(data: bytes) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(data)) as im:
+        params = {"dpi": im.info["dpi"]} if "dpi" in im.info else {}
+        im.convert("L").save(out, "PNG", **params)
+    return out.getvalue()
 
 
 _PROBE = """
