@@ -78,6 +78,37 @@ def topic_partitions(kafka: KafkaSettings, logical_name: str, timeout_s: float =
     return len(topic.partitions)
 
 
+_METADATA_PACED = False
+
+
+def pace_failed_metadata_updates() -> None:
+    """Make a failed aiokafka metadata update take ``retry_backoff_ms`` before it reports.
+
+    aiokafka 0.14's producer sender asks for a metadata update and waits for it, in a loop,
+    while a partition with pending batches has no known leader; with the broker down every
+    update fails at once, so the loop spins. Found by the broker-restart test: an assembler with
+    a send in flight when the broker stopped logged 54,000 "Unable to update metadata" lines
+    in 15 s at a full core. A failed update now waits ``retry_backoff_ms`` (100 ms) before
+    reporting, which paces every caller of ``force_metadata_update`` (the sender, the fetcher,
+    the coordinator lookup). Idempotent; patches the class once per process.
+    """
+    global _METADATA_PACED
+    if _METADATA_PACED:
+        return
+    from aiokafka.client import AIOKafkaClient
+
+    update = AIOKafkaClient._metadata_update
+
+    async def paced(self: AIOKafkaClient, cluster_metadata: Any, topics: Any) -> bool:
+        ok: bool = await update(self, cluster_metadata, topics)
+        if not ok:
+            await asyncio.sleep(self._retry_backoff)
+        return ok
+
+    AIOKafkaClient._metadata_update = paced
+    _METADATA_PACED = True
+
+
 def make_app(
     app_id: str,
     kafka: KafkaSettings,
@@ -90,6 +121,7 @@ def make_app(
 ) -> faust.App:
     """A faust app for one agent: at-least-once, in-memory tables restored from changelogs."""
     limits = limits or LimitsSettings()
+    pace_failed_metadata_updates()
     datadir = Path(tempfile.gettempdir()) / "ocrstream-faust" / kafka.topic(app_id)
     datadir.parent.mkdir(parents=True, exist_ok=True)
     return faust.App(
