@@ -58,7 +58,7 @@ from ocrstream.schemas.records import (
     utc_now,
 )
 from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
-from ocrstream.storage import ObjectStore, parse_s3_uri
+from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import outputs, topics
 from ocrstream.streams.app import GapGuard, make_app, raw_topic, topic_partitions
 from ocrstream.streams.dlq import dead_letter
@@ -145,12 +145,18 @@ class Assembler:
                     await self._page(result, bytes(event.value or b""))
                 except FatalError:
                     raise
+                except PoisonError as e:  # a record that can never be assembled
+                    log.warning("page result goes to the DLQ: %s: %s", e.code, e)
+                    await self._dead_letter(msg, e)
                 except Exception as e:
                     log.exception("page result failed unexpectedly")
                     await self._dead_letter(msg, e)
 
     async def _page(self, result: PageResult, raw: bytes) -> None:
         doc_id, page_no = result.doc_id, result.page_no
+        # Checked before anything is stored: a doc_id that can't name the outputs would leave a
+        # complete document that can never be finished, retried by the deadline timer forever.
+        validate_doc_id(doc_id)
         doc = self.docs.get(doc_id) or {}
         if doc.get("terminal"):
             self.metrics.pages.labels(STAGE, "after_terminal").inc()
@@ -206,6 +212,16 @@ class Assembler:
             scan = self.codec.decode_as(event.value or b"", ScanSubmitted)
         except PoisonError:
             return  # the splitter dead-letters it
+        partition = self.partition_of(scan.doc_id)
+        if event.message.partition != partition:
+            # Written by a producer that doesn't partition with murmur2 (librdkafka's default
+            # is crc32): recording it here would put the document's table entry into a second
+            # changelog partition, and a restore could then bring back this entry over the
+            # terminal mark. The document is processed all the same, without its attributes.
+            log.warning("scan %s on partition %d, not %d (the producer's partitioner is not "
+                        "murmur2): its attributes are not passed through", scan.doc_id,
+                        event.message.partition, partition)  # fmt: skip
+            return
         doc = self.docs.get(scan.doc_id) or {}
         if doc.get("terminal") or doc.get("scan_seen"):
             return
@@ -218,12 +234,16 @@ class Assembler:
 
     # --- deadlines ----------------------------------------------------------------------------
 
+    def partition_of(self, doc_id: str) -> int:
+        """The partition of ``doc_id`` on the results and scans topics (murmur2)."""
+        partition: int = self._partitioner(doc_id.encode(), list(range(self.partitions)), [])
+        return partition
+
     def owns(self, doc_id: str) -> bool:
         """Whether this instance holds the results partition of ``doc_id``."""
         from faust.types import TP
 
-        partition = self._partitioner(doc_id.encode(), list(range(self.partitions)), [])
-        tp = TP(self.results.get_topic_name(), partition)
+        tp = TP(self.results.get_topic_name(), self.partition_of(doc_id))
         return tp in self.app.consumer.assignment()
 
     async def scan_deadlines(self) -> None:
