@@ -129,7 +129,10 @@ class OcrClient:
             raise PoisonError(f"{size} bytes is over the limit of {self.limits.max_file_bytes}",
                               code="file_too_large")  # fmt: skip
         media_type = content_type or sniff(head) or "application/octet-stream"
-        doc_id = validate_doc_id(doc_id or content_doc_id(sha, outputs, languages))
+        # An explicit id is checked as given: "" is refused, not replaced by the content id.
+        doc_id = validate_doc_id(
+            content_doc_id(sha, outputs, languages) if doc_id is None else doc_id
+        )
         if size <= self.limits.max_inline_bytes:
             data = source if isinstance(source, bytes) else path.read_bytes()  # type: ignore[union-attr]
             scan_source = ScanSource(data=data)
