@@ -38,6 +38,27 @@ class ContextFilter(logging.Filter):
         return True
 
 
+# C0 and C1 control characters and the bidirectional overrides: from a doc_id or a file's
+# metadata they could end a log line and forge the next one, or recolour a terminal.
+_CONTROLS = {
+    c: ascii(chr(c))[1:-1]
+    for c in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters as Python escapes (``\\n``, ``\\x1b``)."""
+    return text.translate(_CONTROLS)
+
+
+class TextFormatter(logging.Formatter):
+    """One line per record: control characters in the message (and the context) are escaped,
+    so values from outside can't forge log lines; a traceback still follows on its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -60,7 +81,7 @@ def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s %(ctx_text)s")
+            TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s %(ctx_text)s")
         )
     root = logging.getLogger()
     root.handlers[:] = [handler]
