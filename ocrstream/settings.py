@@ -201,6 +201,10 @@ class WorkerSettings(BaseSettings):
     max_batch: int = 16
     max_wait_ms: int = 50
     max_inflight_pages: int = 64
+    # Decoded pages held at once (fetched, decoding, waiting for or in the engine), in pixels:
+    # 3 bytes each as BGR. Pages are counted by the size their task declares; one page is
+    # always let through, whatever its size (up to LimitsSettings.max_page_pixels).
+    max_inflight_pixels: int = 320_000_000
     decode_threads: int = 2
     engine_retries: int = 1
     poll_timeout_ms: int = 100

@@ -17,7 +17,11 @@ while pages are fetched and decoded in a thread pool and batches run in the engi
 - Micro-batching across documents: prepared pages of any document join the next batch,
   dispatched when it is full (``max_batch``) or its oldest page waited ``max_wait_ms``.
 - Bounded memory: at ``max_inflight_pages`` consumed-but-undelivered pages every assigned
-  partition is paused (fetching stops; polling goes on) until deliveries make room.
+  partition is paused (fetching stops; polling goes on) until deliveries make room. Decoded
+  images are bounded too: pages are decoded only while the pixels held (decoding, batched or
+  in the engine) stay within ``max_inflight_pixels``; the others wait, undecoded, with every
+  partition paused. Without it a few small PDFs of huge vector pages (each rendered at the
+  80-megapixel page limit, 240 MB as BGR) could fill the worker's memory 64 pages at a time.
 - Store down: a page whose image can't be fetched waits with exponential backoff, and its
   partition is paused until the store answers again.
 - Rebalance and SIGTERM: in-flight pages are finished and delivered, offsets stored, and
@@ -33,6 +37,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -78,6 +83,13 @@ class _Item:
     @property
     def tp(self) -> tuple[str, int]:
         return self.origin[0], self.origin[1]
+
+    @property
+    def pixels(self) -> int:
+        """The decoded size it will hold (as its task declares; none for a text layer)."""
+        if self.task.text_layer is not None:
+            return 0
+        return max(1, self.task.width) * max(1, self.task.height)
 
 
 def consumer_config(kafka: KafkaSettings, settings: WorkerSettings) -> dict[str, Any]:
@@ -141,6 +153,8 @@ class OcrWorker:
         )
         self._preparing: list[_Item] = []
         self._retrying: list[_Item] = []
+        self._waiting: deque[_Item] = deque()  # not decoded yet: over the pixel budget
+        self._held_pixels = 0
         self._engine_future: Future[list[PageResult]] | None = None
         self._engine_batch: list[tuple[_Item, PreparedPage]] = []
         self._engine_started = 0.0
@@ -188,6 +202,7 @@ class OcrWorker:
         self._collect_prepared(now)
         self._resubmit_due(now)
         self._collect_engine()
+        self._admit_waiting()
         self._dispatch(now, force=False)
         self._resend_failed()
         self.producer.poll(0)
@@ -239,12 +254,33 @@ class OcrWorker:
         self._submit(_Item(origin, task))
 
     def _submit(self, item: _Item) -> None:
+        """Decode the page now if the pixel budget allows (or nothing is held), else queue it."""
+        held = self._held_pixels
+        if self._waiting or (held and held + item.pixels > self.settings.max_inflight_pixels):
+            self._waiting.append(item)
+            return
+        self._start(item)
+
+    def _start(self, item: _Item) -> None:
+        self._held_pixels += item.pixels
         with _context(item):  # the decode thread logs with the page's context
             run = contextvars.copy_context().run
         item.future = self._decode_pool.submit(
             run, prepare_page, item.task, self.fetch, max_pixels=self.limits.max_page_pixels
         )
         self._preparing.append(item)
+
+    def _admit_waiting(self) -> None:
+        """Start decoding queued pages, in order, as far as the pixel budget allows."""
+        while self._waiting:
+            item = self._waiting[0]
+            held = self._held_pixels
+            if held and held + item.pixels > self.settings.max_inflight_pixels:
+                return
+            self._start(self._waiting.popleft())
+
+    def _release(self, item: _Item) -> None:
+        self._held_pixels = max(0, self._held_pixels - item.pixels)
 
     def _collect_prepared(self, now: float) -> None:
         pending: list[_Item] = []
@@ -258,6 +294,7 @@ class OcrWorker:
                 try:
                     page = fut.result()
                 except RetriableError as e:
+                    self._release(item)  # nothing decoded; the budget is taken again on retry
                     self._schedule_retry(item, e, now)
                     continue
                 except FatalError:  # e.g. the store refuses our credentials: exit, be restarted
@@ -300,7 +337,7 @@ class OcrWorker:
             self._submit(item)
 
     def _apply_backpressure(self) -> None:
-        full = self._tracker.inflight() >= self.settings.max_inflight_pages
+        full = self._tracker.inflight() >= self.settings.max_inflight_pages or bool(self._waiting)
         blocked = {item.tp for item in self._retrying}
         blocked |= {item.tp for item in self._preparing if item.attempts}
         want = set(self._assigned) if full else blocked & self._assigned
@@ -345,6 +382,7 @@ class OcrWorker:
             time.perf_counter() - self._engine_started
         )
         for (item, _), result in zip(batch, results, strict=True):
+            self._release(item)
             self.metrics.pages.labels(STAGE, result.status.value).inc()
             with _context(item):
                 self._produce(item.origin, result)
@@ -408,13 +446,18 @@ class OcrWorker:
 
     def drain(self, revoked: set[tuple[str, int]] | None) -> None:
         """Finish and deliver every page in flight; pages of ``revoked`` partitions (all when
-        None) that wait for the store are dropped instead: their new owner will redo them."""
+        None) that wait for the store or for the pixel budget are dropped instead: their
+        offsets were not stored, so their new owner will redo them."""
         deadline = time.monotonic() + self.settings.drain_timeout_s
 
         def drop_blocked() -> None:
             self._retrying = [
                 i for i in self._retrying if revoked is not None and i.tp not in revoked
             ]
+
+        self._waiting = deque(
+            i for i in self._waiting if revoked is not None and i.tp not in revoked
+        )
 
         drop_blocked()
         while time.monotonic() < deadline and (
@@ -464,6 +507,7 @@ class OcrWorker:
             "lost %s: their in-flight pages will be redone elsewhere", sorted(p for _, p in tps)
         )
         self._retrying = [i for i in self._retrying if i.tp not in tps]
+        self._waiting = deque(i for i in self._waiting if i.tp not in tps)
         self._forget(tps)
 
     def _forget(self, tps: set[tuple[str, int]]) -> None:
