@@ -1,0 +1,650 @@
+"""A reliability harness: the pipeline's agents as processes a test can kill, and a witness.
+
+- :class:`Pipeline` runs the splitter, an OCR worker (the real one, or the real consumer loop
+  around a fast fake engine: :mod:`tests.fakes.worker`) and the assembler as child processes
+  on the test's topic prefix and bucket. Each one can be stopped (SIGTERM), SIGKILLed and
+  started again; its peak RSS (``VmHWM``), CPU time and ``/metrics`` can be read.
+- :class:`Witness` follows ``ocr.documents.v1``, ``ocr.page-results.v1`` and ``ocr.dlq.v1``
+  from the beginning in a thread and keeps every record it saw, duplicates included, with the
+  time it saw it.
+- :func:`fake_doc` and :func:`text_doc` make small multi-page scans whose text is known: for
+  the fake engine the size of each page image is unique (it reads back ``page WxH``), for the
+  real engine each page carries its own printed line.
+- :func:`assert_exactly_once` and :func:`assert_complete` state the guarantees of DESIGN.md:
+  every doc_id ends in exactly one terminal DocumentEvent; a completed document has every
+  page, each with its own text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pymupdf
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from PIL import Image
+
+from ocrstream.bench.cer import levenshtein, normalise
+from ocrstream.errors import PoisonError
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import (
+    DeadLetter,
+    DocumentEvent,
+    DocumentProgress,
+    DocumentStatus,
+    PageResult,
+    Record,
+    ScanSource,
+    ScanSubmitted,
+    utc_now,
+)
+from ocrstream.settings import KafkaSettings
+from ocrstream.storage import ObjectStore
+from ocrstream.streams import topics as t
+from tests import samples
+
+REPO = Path(__file__).resolve().parents[2]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+AGENTS = ("splitter", "worker", "assembler")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(
+    condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2
+) -> float:
+    """Poll ``condition`` until it holds; returns the seconds it took, fails with ``what``."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+    return time.monotonic() - start
+
+
+# --- the agents -------------------------------------------------------------------------------
+
+
+@dataclass
+class Agent:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    metrics_port: int
+    proc: subprocess.Popen[bytes] | None = None
+    pids: list[int] = field(default_factory=list)  # every process this agent ran, in order
+    exits: list[int] = field(default_factory=list)  # their return codes, as they ended
+    terminating: bool = False  # SIGTERM sent
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, f"{self.name} is not running"
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Pipeline:
+    """The three agents as child processes on one test's topics and bucket."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        bucket: str,
+        log_dir: Path,
+        *,
+        engine: str = "fake",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kafka = kafka
+        self.log_dir = log_dir
+        base = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "OCRSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
+            "OCRSTREAM_S3_BUCKET": bucket,
+            # A killed member holds its partitions until its session times out: keep it short.
+            "OCRSTREAM_WORKER_SESSION_TIMEOUT_MS": "6000",
+            **(env or {}),
+        }
+        worker = (
+            ["-m", "tests.fakes.worker"] if engine == "fake" else ["-m", "ocrstream", "ocr-worker"]
+        )
+        commands = {
+            "splitter": ["-m", "ocrstream", "splitter"],
+            "worker": worker,
+            "assembler": ["-m", "ocrstream", "assembler"],
+        }
+        self.agents: dict[str, Agent] = {}
+        for name, args in commands.items():
+            port = free_port()
+            self.agents[name] = Agent(
+                name, [sys.executable, *args, "--metrics-port", str(port)], dict(base),
+                log_dir / f"{name}.log", port,
+            )  # fmt: skip
+
+    def __getitem__(self, name: str) -> Agent:
+        return self.agents[name]
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self, *names: str) -> None:
+        for name in names or AGENTS:
+            agent = self.agents[name]
+            assert not agent.alive(), f"{name} is already running"
+            with open(agent.log_path, "ab") as log:
+                log.write(f"\n=== harness: starting {name} at {time.time():.3f}\n".encode())
+                log.flush()
+                agent.proc = subprocess.Popen(
+                    agent.argv, env=agent.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+                )
+            agent.pids.append(agent.proc.pid)
+
+    def kill(self, name: str) -> int:
+        """SIGKILL the agent (no draining, no commit, no leaving the group); its return code."""
+        agent = self.agents[name]
+        assert agent.proc is not None, f"{name} is not running"
+        assert agent.alive(), f"{name} already exited with {agent.proc.returncode}"
+        agent.proc.send_signal(signal.SIGKILL)
+        code = agent.proc.wait(30)
+        agent.exits.append(code)
+        agent.proc = None
+        return code
+
+    def stop(self, name: str, timeout_s: float = 60.0) -> int:
+        """SIGTERM and wait for a clean exit (killed after ``timeout_s``); its return code."""
+        agent = self.agents[name]
+        if agent.proc is None:
+            return 0
+        if agent.proc.poll() is None:
+            if not agent.terminating:  # a second SIGTERM may find the default handler back
+                agent.proc.send_signal(signal.SIGTERM)
+            try:
+                agent.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                agent.proc.kill()
+                agent.proc.wait(10)
+        code = agent.proc.returncode
+        agent.exits.append(code)
+        agent.proc = None
+        agent.terminating = False
+        return code
+
+    def close(self) -> dict[str, int]:
+        """Stop every agent that still runs (all at once: they drain in parallel)."""
+        live = [a for a in self.agents.values() if a.alive()]
+        for agent in live:
+            assert agent.proc is not None
+            agent.proc.send_signal(signal.SIGTERM)
+            agent.terminating = True
+        return {agent.name: self.stop(agent.name) for agent in live}
+
+    def died(self) -> list[str]:
+        """Agents that exited without the test asking (a crash)."""
+        return [a.name for a in self.agents.values() if a.proc is not None and not a.alive()]
+
+    def assert_alive(self) -> None:
+        dead = self.died()
+        assert not dead, f"agents died: {dead}\n" + "\n".join(self.tail(n) for n in dead)
+
+    # --- observation ------------------------------------------------------------------------
+
+    def peak_rss_mib(self, name: str) -> float:
+        """The agent's peak resident set (VmHWM) so far."""
+        return _proc_status_kib(self.agents[name].pid, "VmHWM") / 1024
+
+    def cpu_seconds(self, name: str) -> float:
+        """User + system CPU time the agent's process used so far."""
+        with open(f"/proc/{self.agents[name].pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def metrics(self, name: str) -> str:
+        url = f"http://127.0.0.1:{self.agents[name].metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
+    def metric(self, name: str, metric: str, **labels: str) -> float | None:
+        """One sample of the agent's ``/metrics`` (summed over unmentioned labels)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            text = self.metrics(name)
+        except OSError:
+            return None
+        total: float | None = None
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == metric and all(sample.labels.get(k) == v
+                                                 for k, v in labels.items()):  # fmt: skip
+                    total = (total or 0.0) + sample.value
+        return total
+
+    def tail(self, name: str, chars: int = 4000) -> str:
+        path = self.agents[name].log_path
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return f"--- {name} log (last {chars} chars) ---\n{text[-chars:]}"
+
+    def log_text(self, name: str) -> str:
+        return self.agents[name].log_path.read_text(errors="replace")
+
+
+def _proc_status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def delete_internal_topics(kafka: KafkaSettings) -> None:
+    """faust's changelog, leader and deadline topics under the test's prefix."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka.librdkafka())
+    names = [n for n in admin.list_topics(timeout=10).topics
+             if n.startswith(f"{kafka.topic_prefix}ocrstream-")]  # fmt: skip
+    for fut in admin.delete_topics(names).values() if names else ():
+        fut.result(30)
+
+
+# --- the witness ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    at: float  # time.monotonic() when the witness read it
+    record: Any
+    topic: str
+    partition: int
+    offset: int
+
+
+class Witness:
+    """Reads the pipeline's outputs from the beginning, in a thread, and keeps all of it."""
+
+    def __init__(self, kafka: KafkaSettings, codec: Codec | None = None) -> None:
+        self.kafka = kafka
+        self.codec = codec or Codec(kafka)
+        self._lock = threading.Lock()
+        self.events: list[Seen] = []
+        self.results: list[Seen] = []
+        self.letters: list[Seen] = []
+        self.undecodable: list[tuple[str, bytes]] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer(kafka.librdkafka(**{
+            "group.id": f"harness-witness-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.max.bytes": 16 * 1024 * 1024,
+        }))  # fmt: skip
+        assignment = []
+        for name in (t.DOCUMENTS, t.PAGE_RESULTS, t.DLQ):
+            topic = kafka.topic(name)
+            md = self._consumer.list_topics(topic, timeout=30)
+            assignment += [TopicPartition(topic, p, OFFSET_BEGINNING)
+                           for p in md.topics[topic].partitions]  # fmt: skip
+        self._consumer.assign(assignment)
+        self._thread = threading.Thread(target=self._run, name="witness", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        targets = {
+            self.kafka.topic(t.DOCUMENTS): self.events,
+            self.kafka.topic(t.PAGE_RESULTS): self.results,
+            self.kafka.topic(t.DLQ): self.letters,
+        }
+        try:
+            while not self._stop.is_set():
+                msg = self._consumer.poll(0.2)
+                if msg is None or msg.error() is not None:
+                    continue
+                topic = msg.topic() or ""
+                try:
+                    record = self.codec.decode(msg.value() or b"")
+                except PoisonError:
+                    with self._lock:
+                        self.undecodable.append((topic, msg.value() or b""))
+                    continue
+                seen = Seen(time.monotonic(), record, topic, msg.partition() or 0,
+                            msg.offset() or 0)  # fmt: skip
+                with self._lock:
+                    targets[topic].append(seen)
+        finally:
+            self._consumer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    # --- views --------------------------------------------------------------------------------
+
+    def terminal(self) -> dict[str, list[DocumentEvent]]:
+        """Every DocumentEvent seen, by doc_id."""
+        out: dict[str, list[DocumentEvent]] = defaultdict(list)
+        with self._lock:
+            for seen in self.events:
+                if isinstance(seen.record, DocumentEvent):
+                    out[seen.record.doc_id].append(seen.record)
+        return out
+
+    def events_since(self, since: float) -> list[DocumentEvent]:
+        with self._lock:
+            return [s.record for s in self.events if s.at >= since]
+
+    def page_results(self, since: float = 0.0) -> list[PageResult]:
+        with self._lock:
+            return [s.record for s in self.results
+                    if s.at >= since and isinstance(s.record, PageResult)]  # fmt: skip
+
+    def dead_letters(self) -> list[DeadLetter]:
+        with self._lock:
+            return [s.record for s in self.letters if isinstance(s.record, DeadLetter)]
+
+    def done(self, doc_ids: Iterable[str]) -> int:
+        """How many of ``doc_ids`` have a terminal event."""
+        terminal = self.terminal()
+        return sum(1 for d in doc_ids if d in terminal)
+
+    def wait_done(self, doc_ids: Iterable[str], timeout_s: float, pipeline: Pipeline | None = None,
+                  ) -> float:  # fmt: skip
+        """Wait until every doc_id has a terminal event; fails early when an agent dies."""
+        wanted = set(doc_ids)
+
+        def check() -> bool:
+            if pipeline is not None:
+                pipeline.assert_alive()
+            return self.done(wanted) == len(wanted)
+
+        try:
+            return wait_until(check, timeout_s, f"terminal events of {len(wanted)} documents")
+        except AssertionError as e:
+            missing = sorted(wanted - set(self.terminal()))
+            raise AssertionError(f"{e}: {len(missing)} missing, e.g. {missing[:5]}") from None
+
+    def quiet(self, seconds: float, timeout_s: float = 60.0) -> None:
+        """Wait until nothing new arrived for ``seconds`` (late duplicates would show by then)."""
+
+        def count() -> int:
+            with self._lock:
+                return len(self.events) + len(self.results) + len(self.letters)
+
+        last, since = count(), time.monotonic()
+        deadline = since + timeout_s
+        while time.monotonic() - since < seconds:
+            assert time.monotonic() < deadline, "the pipeline never went quiet"
+            time.sleep(0.25)
+            now = count()
+            if now != last:
+                last, since = now, time.monotonic()
+
+
+# --- raw records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sent:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def produce_raw(
+    kafka: KafkaSettings,
+    logical_topic: str,
+    records: Sequence[tuple[bytes | None, bytes | None, Mapping[str, bytes]]],
+) -> list[Sent]:
+    """Publish (key, value, headers) records as they are, bypassing the codec; where they went."""
+    # murmur2, as every ocrstream producer: a doc_id lands where the SDK would put it.
+    producer = Producer(kafka.librdkafka(**{"enable.idempotence": True, "acks": "all",
+                                            "partitioner": "murmur2_random"}))  # fmt: skip
+    topic = kafka.topic(logical_topic)
+    out: list[Sent] = []
+    errors: list[str] = []
+    for key, value, headers in records:
+
+        def delivered(err: Any, msg: Any, key: bytes | None = key, value: bytes | None = value,
+                      headers: Mapping[str, bytes] = headers) -> None:  # fmt: skip
+            if err is not None:
+                errors.append(str(err))
+            else:
+                out.append(Sent(topic, msg.partition(), msg.offset(), key, value, dict(headers)))
+
+        producer.produce(topic, key=key, value=value, headers=list(headers.items()),
+                         on_delivery=delivered)  # fmt: skip
+    assert producer.flush(30) == 0, "records not delivered in 30s"
+    assert not errors, errors
+    return out
+
+
+# --- documents with known text ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadDoc:
+    doc_id: str
+    data: bytes
+    texts: tuple[str, ...]  # what each page says
+
+    @property
+    def page_count(self) -> int:
+        return len(self.texts)
+
+
+def _jpeg(gray: np.ndarray, quality: int = 60) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(gray).save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+def _scan_pdf(pages: Sequence[tuple[bytes, int, int]]) -> bytes:
+    """Each page one full-page JPEG at 72 DPI (the splitter passes it through untouched)."""
+    doc = pymupdf.open()
+    for data, w, h in pages:
+        page = doc.new_page(width=w, height=h)
+        page.insert_image(page.rect, stream=data, keep_proportion=False)
+    out: bytes = doc.tobytes(garbage=1, deflate=True)
+    doc.close()
+    return out
+
+
+def fake_doc(index: int, pages: int, prefix: str = "doc") -> LoadDoc:
+    """A scan whose page ``p`` is a ``(200 + index) × (100 + 10 p)`` pixel image: the fake engine
+    reads each page back as ``page WxH``, so every page's text is unique within a load."""
+    rng = np.random.default_rng(index)
+    parts, texts = [], []
+    for p in range(1, pages + 1):
+        w, h = 200 + index, 100 + 10 * p
+        gray = np.full((h, w), 255, np.uint8)
+        for _ in range(6):  # a few dark strokes, like words
+            x, y = int(rng.integers(0, w - 40)), int(rng.integers(0, h - 8))
+            gray[y : y + 6, x : x + 30] = 20
+        parts.append((_jpeg(gray), w, h))
+        texts.append(f"page {w}x{h}")
+    return LoadDoc(f"{prefix}-{index:04d}", _scan_pdf(parts), tuple(texts))
+
+
+def text_doc(index: int, pages: int, prefix: str = "doc", dpi: int = 150) -> LoadDoc:
+    """A scan of small pages that each print their own line (for the real engine)."""
+    parts, texts = [], []
+    for p in range(1, pages + 1):
+        line = f"Document {index:03d} page {p} total {1000 + 37 * index + p}"
+        gray = samples.render_lines([line], dpi=dpi, size=(330, 110), fontsize=14, noise=4,
+                                    seed=index * 10 + p)  # fmt: skip
+        h, w = gray.shape
+        parts.append((_jpeg(gray, 80), w, h))
+        texts.append(line)
+    return LoadDoc(f"{prefix}-{index:04d}", _scan_pdf(parts), tuple(texts))
+
+
+# --- the guarantees ---------------------------------------------------------------------------
+
+
+def assert_exactly_once(witness: Witness, doc_ids: Iterable[str]) -> dict[str, DocumentEvent]:
+    """Every doc_id has exactly one terminal DocumentEvent, and no other doc_id has one."""
+    wanted = set(doc_ids)
+    terminal = witness.terminal()
+    counts = Counter({d: len(events) for d, events in terminal.items()})
+    missing = sorted(wanted - set(counts))
+    repeated = {d: n for d, n in counts.items() if n > 1}
+    strangers = sorted(set(counts) - wanted)
+    assert not missing, f"{len(missing)} documents without a terminal event: {missing[:10]}"
+    assert not repeated, f"documents with more than one terminal event: {repeated}"
+    assert not strangers, f"terminal events for documents never submitted: {strangers[:10]}"
+    return {d: terminal[d][0] for d in wanted}
+
+
+def assert_complete(
+    store: ObjectStore,
+    events: Mapping[str, DocumentEvent],
+    docs: Iterable[LoadDoc],
+    *,
+    max_cer: float = 0.0,
+) -> None:
+    """Each document completed with every page, and ``document.json`` holds each page's own
+    text (exactly, or within ``max_cer`` for a real engine) in page order."""
+    for doc in docs:
+        event = events[doc.doc_id]
+        assert event.status is DocumentStatus.COMPLETED, (doc.doc_id, event.status, event.error)
+        assert event.page_count == event.pages_ok == doc.page_count, (doc.doc_id, event)
+        assert not event.missing_pages, (doc.doc_id, event)
+        assert not event.failed_pages, (doc.doc_id, event)
+        body = json.loads(store.get_bytes(store.keys.document(doc.doc_id, "json")))
+        pages = body["pages"]
+        assert [p["page_no"] for p in pages] == list(range(1, doc.page_count + 1)), doc.doc_id
+        for page, want in zip(pages, doc.texts, strict=True):
+            got = " ".join(line["text"] for line in page["lines"])
+            assert page["status"] == "ok", (doc.doc_id, page["page_no"], page["status"])
+            if max_cer == 0.0:
+                assert got == want, (doc.doc_id, page["page_no"], got, want)
+            else:
+                ref = normalise(want)
+                cer = levenshtein(normalise(got), ref) / max(1, len(ref))
+                assert cer <= max_cer, (doc.doc_id, page["page_no"], got, want, cer)
+
+
+# --- records for the duplicate and poison cases ------------------------------------------------
+
+
+def scan_record(doc: LoadDoc, *, outputs: Sequence[str] = ("json", "txt")) -> ScanSubmitted:
+    """The ScanSubmitted the SDK would publish for ``doc`` (inline source)."""
+    import hashlib
+
+    return ScanSubmitted(
+        doc_id=doc.doc_id, source=ScanSource(data=doc.data), content_type="application/pdf",
+        sha256=hashlib.sha256(doc.data).hexdigest(), size_bytes=len(doc.data),
+        submitted_at=utc_now(), outputs=tuple(outputs), trace_id=uuid.uuid4().hex,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Poison:
+    """A record that can't be processed and the DLQ error code it must get."""
+
+    key: bytes | None
+    value: bytes | None
+    code: str
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def poison_for(codec: Codec, topic: str, valid: Record, tag: str) -> list[Poison]:
+    """Records no consumer of ``topic`` can use: not Avro, an unknown schema, a known schema
+    with a truncated body, the wrong record type, and a null value (a tombstone)."""
+    good = codec.encode(valid, topic)
+    wrong = codec.encode(DocumentProgress(doc_id="x", pages_done=0, page_count=1,
+                                          updated_at=utc_now()), topic)  # fmt: skip
+    h = {"origin": tag.encode(), "binary": b"\x00\xff"}
+    return [
+        Poison(f"{tag}-not-avro".encode(), b"%PDF-1.7 this is not Avro", "unknown_schema", h),
+        Poison(f"{tag}-unknown".encode(), b"\xc3\x01" + b"\x13" * 8 + good[10:],
+               "unknown_schema", h),
+        Poison(f"{tag}-truncated".encode(), good[: len(good) // 2], "malformed_record", h),
+        Poison(f"{tag}-wrong-type".encode(), wrong, "unknown_schema", h),
+        Poison(f"{tag}-tombstone".encode(), None, "malformed_record", h),
+    ]  # fmt: skip
+
+
+# --- the local services ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def service_down(name: str) -> Iterator[Callable[[], int | None]]:
+    """Stop one local service (``kafka`` or ``s3``) for the duration of the block, through the
+    services manager, and start it again on the same ports and data; it is started again even
+    when the block fails. Yields a function that starts it early and returns its new PID."""
+    from ocrstream.services import build_services, down, up
+    from ocrstream.settings import S3Settings, ServicesSettings
+
+    services = build_services(ServicesSettings(), S3Settings(), [name])
+    (service,) = services
+    assert service.own_pid() is not None, f"{name} is not running"
+    down(services)
+    started = False
+
+    def start() -> int | None:
+        nonlocal started
+        if not started:
+            up(services)
+            started = True
+        return service.own_pid()
+
+    try:
+        yield start
+    finally:
+        start()
+
+
+@contextlib.contextmanager
+def stack(
+    kafka: KafkaSettings, bucket: str, log_dir: Path
+) -> Iterator[Callable[..., tuple[Pipeline, Witness]]]:
+    """Yields ``make(**pipeline_options)`` → (pipeline not started, witness). On the way out
+    every agent is stopped with SIGTERM and must exit 0 (drained, committed), their logs are
+    printed, and faust's internal topics under the prefix are deleted."""
+    made: list[tuple[Pipeline, Witness]] = []
+
+    def make(**kwargs: Any) -> tuple[Pipeline, Witness]:
+        pipeline = Pipeline(kafka, bucket, log_dir, **kwargs)
+        witness = Witness(kafka)
+        made.append((pipeline, witness))
+        return pipeline, witness
+
+    try:
+        yield make
+        for pipeline, _ in made:
+            exits = pipeline.close()
+            assert all(code == 0 for code in exits.values()), f"unclean exits: {exits}"
+    finally:
+        for pipeline, witness in made:
+            pipeline.close()
+            witness.close()
+            for name in pipeline.agents:
+                print(pipeline.tail(name, 3000))
+        delete_internal_topics(kafka)

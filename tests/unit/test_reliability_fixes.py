@@ -1,0 +1,141 @@
+"""Unit tests of fixes the reliability tests on the real stack led to (tests/integration/
+test_faults.py and test_hostile.py): each pins one behaviour without a broker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from ocrstream.logs import ContextFilter, JsonFormatter, TextFormatter, log_context
+from ocrstream.streams.worker import OcrWorker
+from tests.unit.test_worker import (
+    CODEC,
+    PAGES,
+    FakeConsumer,
+    FakeProducer,
+    SizeEngine,
+    make_worker,
+    results,
+    step_until,
+    task,
+)
+
+# --- the OCR worker holds a bounded number of decoded pixels ------------------------------------
+
+
+class HeldPixels(SizeEngine):
+    """Records the worker's held pixels (decoded and waiting for or in the engine) per batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker: OcrWorker | None = None
+        self.held: list[int] = []
+
+    def recognize(self, images: Any) -> Any:
+        assert self.worker is not None
+        self.held.append(self.worker._held_pixels)
+        time.sleep(0.01)
+        return super().recognize(images)
+
+
+def test_worker_decodes_only_within_its_pixel_budget() -> None:
+    """Twelve pages of 100x8 pixels with room for 300 pixels: at most three are decoded at a
+    time, the rest wait undecoded with the partitions paused, and all are recognised."""
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    for page in range(1, 13):
+        consumer.push(page % 2, b"d", CODEC.encode(task("d", page, width=100, count=12)))
+    engine = HeldPixels()
+    worker = make_worker(consumer, producer, engine=engine, max_batch=8, max_wait_ms=0,
+                         max_inflight_pixels=300 * 8)  # fmt: skip
+    engine.worker = worker
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    waited = paused = False
+
+    def done() -> bool:
+        nonlocal waited, paused
+        assert worker._held_pixels <= 300 * 8
+        waited = waited or bool(worker._waiting)
+        paused = paused or consumer.paused == {0, 1}
+        return len(results(producer)) == 12
+
+    assert step_until(worker, done)
+    assert waited
+    assert paused
+    assert max(engine.held) <= 300 * 8
+    assert sorted(r.page_no for r in results(producer)) == list(range(1, 13))
+    assert worker._held_pixels == 0
+    worker.shutdown()
+
+
+def test_worker_lets_one_page_through_whatever_its_size() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    consumer.push(0, b"d", CODEC.encode(task("d", 1, width=500, count=1)))
+    worker = make_worker(consumer, producer, max_inflight_pixels=10)
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    assert step_until(worker, lambda: len(results(producer)) == 1)
+    worker.shutdown()
+
+
+# --- aiokafka: a failed metadata update is paced ---------------------------------------------
+
+
+def test_failed_metadata_updates_wait_the_retry_backoff() -> None:
+    """aiokafka's sender asks for metadata in a loop while a leader is unknown; with no broker
+    answering each update failed at once, a busy loop. Paced: each failure takes the backoff."""
+    from aiokafka.client import AIOKafkaClient
+
+    from ocrstream.streams.app import pace_failed_metadata_updates
+
+    pace_failed_metadata_updates()
+    pace_failed_metadata_updates()  # idempotent: paced once, not twice
+
+    async def five_failures() -> float:
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1", retry_backoff_ms=50)
+        started = time.monotonic()
+        for _ in range(5):
+            assert await client._metadata_update(client.cluster, set()) is False
+        return time.monotonic() - started
+
+    took = asyncio.run(five_failures())
+    assert 0.25 <= took < 1.0
+
+
+# --- logs: what comes from outside can't forge log lines ----------------------------------------
+
+
+def _record(msg: str, *args: object) -> logging.LogRecord:
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, msg, args, None)
+    ContextFilter().filter(record)
+    return record
+
+
+@pytest.mark.parametrize("evil", ["a\nFAKE 00:00 INFO admin logged in", "esc\x1b[31mred", "cr\r"])
+def test_text_logs_escape_control_characters_from_outside(evil: str) -> None:
+    with log_context(doc_id=evil):
+        line = TextFormatter("%(message)s %(ctx_text)s").format(_record("document %s failed", evil))
+    assert "\n" not in line
+    assert "\r" not in line
+    assert "\x1b" not in line
+    assert line.count(ascii(evil)[1:-1]) == 2  # escaped, in the message and in the context
+
+
+def test_text_logs_keep_tracebacks_multiline() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    text = TextFormatter("%(message)s").format(record)
+    assert text.startswith("failed\nTraceback")
+
+
+def test_json_logs_escape_control_characters() -> None:
+    with log_context(doc_id="a\nb"):
+        line = JsonFormatter().format(_record("x %s", "c\nd"))
+    assert "\n" not in line
