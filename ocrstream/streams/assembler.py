@@ -162,6 +162,13 @@ class Assembler:
             self.metrics.pages.labels(STAGE, "after_terminal").inc()
             return
         page_count = int(doc.get("page_count") or result.page_count)
+        if not 1 <= result.page_count <= self.limits.max_pages:
+            # Finishing walks every page number and lists the missing ones: a raw record
+            # claiming a billion pages must not get that far.
+            raise PoisonError(
+                f"a document of {result.page_count} pages (limit {self.limits.max_pages})",
+                code="invalid_page_count",
+            )
         if not 1 <= page_no <= page_count:
             raise PoisonError(
                 f"page {page_no} of a {page_count}-page document", code="invalid_page_no"
@@ -417,9 +424,10 @@ class Assembler:
             topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
             value=msg.value, headers=msg.headers, stage=STAGE, exc=exc,
             timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None,
+            max_bytes=self.limits.max_message_bytes,
         )  # fmt: skip
         fut = await self.dlq.send(
-            key=msg.key, value=self.codec.encode(letter, self.dlq.get_topic_name())
+            key=letter.key, value=self.codec.encode(letter, self.dlq.get_topic_name())
         )
         await fut
         self.metrics.dlq.labels(STAGE, letter.error_code).inc()

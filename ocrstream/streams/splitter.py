@@ -415,9 +415,10 @@ class Splitter:
             stage=STAGE,
             exc=exc,
             timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None,
+            max_bytes=self.limits.max_message_bytes,
         )
         value = self.codec.encode(letter, self.dlq.get_topic_name())
-        fut = await self.dlq.send(key=msg.key, value=value)
+        fut = await self.dlq.send(key=letter.key, value=value)
         await fut
         self.metrics.dlq.labels(STAGE, letter.error_code).inc()
 

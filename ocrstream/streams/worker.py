@@ -398,6 +398,12 @@ class OcrWorker:
                 _task_of(result), ErrorInfo(e.code, str(e)), worker_id=self.worker_id
             )
             value = self.producer.encode(fallback, self.results_topic)
+        if len(value) > self.limits.max_message_bytes:  # the producer would refuse it: a crash
+            log.error("page %s/%d result is %d bytes, over the message limit", result.doc_id,
+                      result.page_no, len(value))  # fmt: skip
+            error = ErrorInfo("result_too_large", f"{len(value)} bytes")
+            fallback = failed_result(_task_of(result), error, worker_id=self.worker_id)
+            value = self.producer.encode(fallback, self.results_topic)
         self._send(origin, self.results_topic, result.doc_id, value)
 
     def _send(self, origin: Origin, topic: str, key: Any, value: bytes) -> None:
@@ -436,10 +442,10 @@ class OcrWorker:
             self._send(origin, topic, key, value)
 
     def _dead_letter(self, msg: Message, exc: PoisonError) -> None:
-        letter = dlq.from_confluent(msg, DLQ_STAGE, exc)
+        letter = dlq.from_confluent(msg, DLQ_STAGE, exc, max_bytes=self.limits.max_message_bytes)
         self.metrics.dlq.labels(STAGE, exc.code).inc()
         self._send(
-            _origin(msg), self.dlq_topic, msg.key(), self.producer.encode(letter, self.dlq_topic)
+            _origin(msg), self.dlq_topic, letter.key, self.producer.encode(letter, self.dlq_topic)
         )
 
     # --- rebalance and shutdown -------------------------------------------------------------
