@@ -423,8 +423,10 @@ def produce_raw(
 ) -> list[Sent]:
     """Publish (key, value, headers) records as they are, bypassing the codec; where they went."""
     # murmur2, as every ocrstream producer: a doc_id lands where the SDK would put it.
-    producer = Producer(kafka.librdkafka(**{"enable.idempotence": True, "acks": "all",
-                                            "partitioner": "murmur2_random"}))  # fmt: skip
+    producer = Producer(kafka.librdkafka(**{
+        "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random",
+        "message.max.bytes": 8 * 1024 * 1024,  # the topics' own limit, above ocrstream's
+    }))  # fmt: skip
     topic = kafka.topic(logical_topic)
     out: list[Sent] = []
     errors: list[str] = []
@@ -574,9 +576,13 @@ class Poison:
     headers: Mapping[str, bytes] = field(default_factory=dict)
 
 
+OVERSIZE = 6 * 1024 * 1024  # over LimitsSettings.max_message_bytes, under the topics' limit
+
+
 def poison_for(codec: Codec, topic: str, valid: Record, tag: str) -> list[Poison]:
     """Records no consumer of ``topic`` can use: not Avro, an unknown schema, a known schema
-    with a truncated body, the wrong record type, and a null value (a tombstone)."""
+    with a truncated body, the wrong record type, a null value (a tombstone), and 6 MiB of
+    junk (a dead letter carrying it would be over the producers' message limit)."""
     good = codec.encode(valid, topic)
     wrong = codec.encode(DocumentProgress(doc_id="x", pages_done=0, page_count=1,
                                           updated_at=utc_now()), topic)  # fmt: skip
@@ -588,6 +594,7 @@ def poison_for(codec: Codec, topic: str, valid: Record, tag: str) -> list[Poison
         Poison(f"{tag}-truncated".encode(), good[: len(good) // 2], "malformed_record", h),
         Poison(f"{tag}-wrong-type".encode(), wrong, "unknown_schema", h),
         Poison(f"{tag}-tombstone".encode(), None, "malformed_record", h),
+        Poison(f"{tag}-oversize".encode(), b"junk" * (OVERSIZE // 4), "unknown_schema", h),
     ]  # fmt: skip
 
 

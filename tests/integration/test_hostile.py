@@ -174,14 +174,19 @@ def test_hostile_inputs_end_with_their_reason_codes(
                                                              "png")),
                  width=255, height=330, outputs=("json",)),
         topics.topic(t.PAGES)), {})])  # fmt: skip
-    produce_raw(topics, t.PAGE_RESULTS, [(bad_id.encode(), codec.encode(
-        PageResult(doc_id=bad_id, page_no=1, page_count=1, status=PageStatus.OK),
-        topics.topic(t.PAGE_RESULTS)), {})])  # fmt: skip
+    # And a result claiming a billion pages: the assembler would walk them all to finish it.
+    results_topic = topics.topic(t.PAGE_RESULTS)
+    produce_raw(topics, t.PAGE_RESULTS, [
+        (bad_id.encode(), codec.encode(PageResult(doc_id=bad_id, page_no=1, page_count=1,
+                                                  status=PageStatus.OK), results_topic), {}),
+        (b"billion", codec.encode(PageResult(doc_id="billion", page_no=5, page_count=10**9,
+                                             status=PageStatus.OK), results_topic), {}),
+    ])  # fmt: skip
 
     expected_ids = set(ids.values()) | {scan.doc_id for scan, _ in raw.values()} | {huge}
     took = witness.wait_done(expected_ids, 420, pipeline)
     wait_dlq = time.monotonic()
-    while len(witness.dead_letters()) < 2 and time.monotonic() - wait_dlq < 60:
+    while len(witness.dead_letters()) < 3 and time.monotonic() - wait_dlq < 60:
         time.sleep(0.5)
     witness.quiet(5)
     peaks = {name: pipeline.peak_rss_mib(name) for name in pipeline.agents}
@@ -214,7 +219,8 @@ def test_hostile_inputs_end_with_their_reason_codes(
 
     letters = witness.dead_letters()
     assert sorted((d.stage, d.error_code) for d in letters) == [
-        ("assembler", "invalid_doc_id"), ("assembler", "invalid_doc_id")], letters  # fmt: skip
+        ("assembler", "invalid_doc_id"), ("assembler", "invalid_doc_id"),
+        ("assembler", "invalid_page_count")], letters  # fmt: skip
     assert {d.topic for d in letters} == {topics.topic(t.PAGE_RESULTS)}
 
     # Nothing was written outside the layout, whatever the ids said.
