@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -58,10 +58,23 @@ class KafkaSettings(BaseSettings):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
     ssl_endpoint_identification: bool = True
-    extra: dict[str, str] = Field(
+    extra: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description="Further librdkafka properties, as a JSON object in OCRSTREAM_KAFKA_EXTRA.",
+        description="Further librdkafka properties, as a JSON object in OCRSTREAM_KAFKA_EXTRA "
+        "(masked in reprs: they may hold secrets such as sasl.oauthbearer.client.secret).",
     )
+
+    # A registry URL may carry credentials (https://user:secret@host): reprs and dumps show it
+    # without them.
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            if name == "schema_registry_url" and isinstance(value, str):
+                value = _without_userinfo(value)
+            yield name, value
+
+    @field_serializer("schema_registry_url")
+    def _registry_url_without_credentials(self, url: str | None) -> str | None:
+        return None if url is None else _without_userinfo(url)
 
     def topic(self, name: str) -> str:
         """The full topic name for a logical name such as ``ocr.pages.v1``."""
@@ -93,7 +106,7 @@ class KafkaSettings(BaseSettings):
             conf["ssl.endpoint.identification.algorithm"] = (
                 "https" if self.ssl_endpoint_identification else "none"
             )
-        conf.update(self.extra)
+        conf.update({key: value.get_secret_value() for key, value in self.extra.items()})
         conf.update(overrides)
         return conf
 
@@ -103,6 +116,18 @@ class KafkaSettings(BaseSettings):
             "broker": ",".join(f"kafka://{h.strip()}" for h in self.bootstrap_servers.split(",")),
         }
         return conf
+
+
+def _without_userinfo(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit((parts.scheme, f"***@{netloc}", parts.path, parts.query, parts.fragment))
 
 
 class S3Settings(BaseSettings):
