@@ -229,14 +229,15 @@ class PipelineBench:
     def _tail(self, timeline: Any) -> None:
         """Keep sampling after the load: until the autoscaler is back at its minimum (or
         ``tail_s``), a few seconds without it."""
-        deadline = time.monotonic() + (self.cfg.tail_s if self.cfg.autoscale else 3.0)
+        cfg = self.cfg
+        deadline = time.monotonic() + (cfg.tail_s if cfg.autoscale else 3.0)
         while time.monotonic() < deadline:
             time.sleep(1.0)
             last = timeline.points[-1] if timeline.points else None
-            if (self.cfg.autoscale and last is not None and last.members is not None
-                    and last.members <= self.cfg.min_workers and (last.replicas or 0)
-                    <= self.cfg.min_workers):  # fmt: skip
-                time.sleep(2.0)
+            if not cfg.autoscale or last is None or last.members is None:
+                continue
+            if last.members <= cfg.min_workers and (last.replicas or 0) <= cfg.min_workers:
+                time.sleep(2.0)  # a couple more samples at the minimum
                 return
 
     def _engine(self, pages: Sequence[Sample], processes: int, batch: int) -> dict[str, Any]:
