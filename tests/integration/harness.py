@@ -361,6 +361,11 @@ class Witness:
             return [s.record for s in self.results
                     if s.at >= since and isinstance(s.record, PageResult)]  # fmt: skip
 
+    def seen_results(self) -> list[Seen]:
+        """Every page result with where it was on the topic."""
+        with self._lock:
+            return [s for s in self.results if isinstance(s.record, PageResult)]
+
     def dead_letters(self) -> list[DeadLetter]:
         with self._lock:
             return [s.record for s in self.letters if isinstance(s.record, DeadLetter)]
@@ -401,6 +406,25 @@ class Witness:
             now = count()
             if now != last:
                 last, since = now, time.monotonic()
+
+
+class Committed:
+    """A consumer group's committed offsets, read without joining the group."""
+
+    def __init__(self, kafka: KafkaSettings, group: str, logical_topic: str) -> None:
+        self.topic = kafka.topic(logical_topic)
+        self._consumer = Consumer(kafka.librdkafka(**{
+            "group.id": group, "enable.auto.commit": False, "enable.auto.offset.store": False,
+        }))  # fmt: skip
+        md = self._consumer.list_topics(self.topic, timeout=30)
+        self._tps = [TopicPartition(self.topic, p) for p in md.topics[self.topic].partitions]
+
+    def offsets(self) -> dict[int, int]:
+        """partition → the next offset the group will read (-1001: nothing committed)."""
+        return {tp.partition: tp.offset for tp in self._consumer.committed(self._tps, timeout=10)}
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 # --- raw records ----------------------------------------------------------------------------
