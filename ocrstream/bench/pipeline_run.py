@@ -180,7 +180,7 @@ class PipelineBench:
 
     def _load(self, client: Any, pages: Sequence[Sample]) -> dict[str, Any]:
         from ocrstream.bench.scans import scanned_pdf
-        from ocrstream.bench.timeline import Timeline, autoscaler_gauges
+        from ocrstream.bench.timeline import Timeline
 
         cfg = self.cfg
         docs = {
@@ -193,13 +193,9 @@ class PipelineBench:
             )
             for i in range(cfg.documents)
         }
-        gauges = None
-        if cfg.autoscale and cfg.metrics_ports:
-
-            def gauges() -> tuple[int | None, int | None]:
-                return autoscaler_gauges("http://127.0.0.1:9104/metrics")
-
-        timeline = Timeline(self.kafka, self.group, autoscaler=gauges).start()
+        url = "http://127.0.0.1:9104/metrics" if cfg.autoscale and cfg.metrics_ports else None
+        timeline = Timeline(self.kafka, self.group, self.workdir / "timeline.jsonl",
+                            autoscaler_url=url).start()  # fmt: skip
         start_wall = time.time()
         for doc_id, pdf in docs.items():
             client.submit(pdf, doc_id=doc_id, content_type="application/pdf")
@@ -223,6 +219,7 @@ class PipelineBench:
             "statuses": dict(Counter(e.status.value for e in events.values())),
             "latency_s": percentiles(latencies),
             "max_workers_seen": max((p.members or 0 for p in points), default=0),
+            "timeline_restarts": timeline.restarts,
             "timeline": [p.to_dict() for p in points],
         }  # fmt: skip
 

@@ -6,14 +6,18 @@ committed, the whole retained backlog — what KEDA's ``offsetResetPolicy: earli
 asks :class:`~ocrstream.processors.autoscale.Autoscaler` how many workers that needs, and
 starts or stops ``ocrstream ocr-worker`` processes to match. Scale-down sends SIGTERM to the
 newest worker, which drains its batch and commits before it exits; a worker that crashes is
-replaced on the next tick. Decisions are exported as metrics.
+replaced on the next tick; if the autoscaler itself dies, its workers get SIGTERM too (Linux
+parent-death signal). Decisions are exported as metrics.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -81,12 +85,41 @@ class _Worker:
 Spawn = Callable[[int], "subprocess.Popen[bytes]"]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminate_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child sent SIGTERM when this process dies (Linux), so an
+    autoscaler that crashes (librdkafka can abort a process on a broker restart) leaves no
+    workers behind for its restarted successor to double. None where prctl is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not after fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def start_tied(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a child that is sent SIGTERM (and so drains and commits) when this process dies."""
+    return subprocess.Popen(argv, env=dict(env) if env else None,
+                            preexec_fn=_terminate_with_parent())  # fmt: skip
+
+
 def spawn_worker(base_port: int, env: Mapping[str, str] | None = None) -> Spawn:
     """A function that starts OCR worker ``i`` with its metrics on ``base_port + i``."""
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
         args = ["ocr-worker", "--metrics-port", str(base_port + i)]
-        return subprocess.Popen(ocrstream_command(args), env=dict(env) if env else None)
+        return start_tied(ocrstream_command(args), env)
 
     return spawn
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import http.server
 import itertools
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,10 +21,10 @@ from ocrstream.bench.datasets import render_a4_page
 from ocrstream.bench.pipeline import format_report
 from ocrstream.bench.pipeline_checks import percentiles, zero_loss
 from ocrstream.bench.scans import long_scanned_pdf, page_images, scanned_pdf, splitter_peak_rss
-from ocrstream.bench.timeline import Point, autoscaler_gauges, throughput
+from ocrstream.bench.timeline import Point, Timeline, autoscaler_gauges, throughput
 from ocrstream.cli import main
 from ocrstream.processors.split import iter_pages
-from ocrstream.settings import LimitsSettings
+from ocrstream.settings import KafkaSettings, LimitsSettings
 from tests import samples
 
 
@@ -195,3 +197,32 @@ def test_command_line_checks_its_options() -> None:
     assert "exclude each other" in bad.output
     bad = runner.invoke(main, ["bench", "pipeline", "--autoscale", "--min", "3", "--max", "2"])
     assert bad.exit_code == 2
+
+
+_FAKE_SAMPLER = """
+import json, pathlib, sys, time
+out = pathlib.Path(sys.argv[1])
+for _ in range(2):
+    n = len(out.read_text().splitlines())
+    line = {"wall": time.time(), "results": 10 + 3 * n, "lag": 5, "members": 1,
+            "replicas": None, "desired": None}
+    with open(out, "a") as f:
+        f.write(json.dumps(line) + "\\n")
+    time.sleep(0.05)
+sys.exit(134)  # as a librdkafka abort would end it
+"""
+
+
+def test_timeline_restarts_a_sampler_that_dies(tmp_path: Path) -> None:
+    timeline = Timeline(KafkaSettings(topic_prefix="x."), "x.group", tmp_path / "t.jsonl")
+    timeline.argv = [sys.executable, "-c", _FAKE_SAMPLER, str(timeline.path)]
+    timeline.start()
+    deadline = time.monotonic() + 20
+    while (timeline.restarts < 1 or len(timeline.points) < 4) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    points = timeline.stop()
+    assert timeline.restarts >= 1
+    assert len(points) >= 4
+    assert (points[0].t, points[0].results) == (0.0, 0)  # relative to the first sample
+    assert [p.results for p in points[:4]] == [0, 3, 6, 9]
+    assert all(a.t <= b.t for a, b in itertools.pairwise(points))

@@ -1,13 +1,17 @@
 """The local autoscaler's loop with real child processes (``sleep`` stand-ins for OCR workers)
 and a scripted lag: it starts and stops processes as KEDA's rule says, replaces crashed ones,
-keeps its workers when the lag can't be read, and exports its decisions."""
+keeps its workers when the lag can't be read, exports its decisions, and takes its workers
+down with it when it dies."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +211,58 @@ def test_run_ticks_until_stopped_and_then_stops_every_worker(spawn: FakeSpawn) -
     assert spawn.calls == [0, 1, 2]
     assert alive(spawn.procs) == 0
     assert gauge(metrics, "ocrstream_autoscaler_replicas") == 0
+
+
+_PARENT = """
+import sys
+from ocrstream.streams.autoscaler import start_tied
+child = start_tied([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+print(child.pid, flush=True)
+import time
+time.sleep(60)
+"""
+
+_CHILD = """
+import pathlib, signal, sys, time
+def stop(*_):
+    pathlib.Path(sys.argv[1]).write_text("drained")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+pathlib.Path(sys.argv[1] + ".ready").write_text("")
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_workers_get_sigterm_when_the_autoscaler_dies(tmp_path: Path) -> None:
+    """A crashed (SIGKILLed, aborted) autoscaler must not leave its workers running."""
+    marker = tmp_path / "child"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _CHILD, str(marker)],
+                              stdout=subprocess.PIPE)  # fmt: skip
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 20
+    while not Path(f"{marker}.ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    parent.kill()
+    parent.wait()
+    parent.stdout.close()
+    while not (marker.exists() and marker.read_text() == "drained"):
+        assert time.monotonic() < deadline, "the worker outlived its autoscaler"
+        time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while _alive(child_pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # An exited child of a dead parent is reaped by init; a zombie counts as gone.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return False
+    return True
