@@ -285,15 +285,19 @@ class Seen:
 
 
 class Witness:
-    """Reads the pipeline's outputs from the beginning, in a thread, and keeps all of it."""
+    """Reads the pipeline's outputs (and, with ``tasks``, its page tasks) from the beginning,
+    in a thread, and keeps all of it."""
 
-    def __init__(self, kafka: KafkaSettings, codec: Codec | None = None) -> None:
+    def __init__(self, kafka: KafkaSettings, codec: Codec | None = None, *,
+                 tasks: bool = False) -> None:  # fmt: skip
         self.kafka = kafka
         self.codec = codec or Codec(kafka)
         self._lock = threading.Lock()
         self.events: list[Seen] = []
         self.results: list[Seen] = []
         self.letters: list[Seen] = []
+        self.tasks: list[Seen] = []
+        self._follow = [t.DOCUMENTS, t.PAGE_RESULTS, t.DLQ] + ([t.PAGES] if tasks else [])
         self.undecodable: list[tuple[str, bytes]] = []
         self._stop = threading.Event()
         self._consumer = Consumer(kafka.librdkafka(**{
@@ -303,7 +307,7 @@ class Witness:
             "fetch.max.bytes": 16 * 1024 * 1024,
         }))  # fmt: skip
         assignment = []
-        for name in (t.DOCUMENTS, t.PAGE_RESULTS, t.DLQ):
+        for name in self._follow:
             topic = kafka.topic(name)
             md = self._consumer.list_topics(topic, timeout=30)
             assignment += [TopicPartition(topic, p, OFFSET_BEGINNING)
@@ -317,6 +321,7 @@ class Witness:
             self.kafka.topic(t.DOCUMENTS): self.events,
             self.kafka.topic(t.PAGE_RESULTS): self.results,
             self.kafka.topic(t.DLQ): self.letters,
+            self.kafka.topic(t.PAGES): self.tasks,
         }
         try:
             while not self._stop.is_set():
@@ -365,6 +370,11 @@ class Witness:
         """Every page result with where it was on the topic."""
         with self._lock:
             return [s for s in self.results if isinstance(s.record, PageResult)]
+
+    def page_tasks(self, doc_id: str) -> list[Seen]:
+        """The page tasks of one document on ``ocr.pages.v1`` (with ``tasks=True``)."""
+        with self._lock:
+            return [s for s in self.tasks if getattr(s.record, "doc_id", None) == doc_id]
 
     def dead_letters(self) -> list[DeadLetter]:
         with self._lock:
@@ -517,6 +527,19 @@ def fake_doc(index: int, pages: int, prefix: str = "doc") -> LoadDoc:
     return LoadDoc(f"{prefix}-{index:04d}", _scan_pdf(parts), tuple(texts))
 
 
+def long_doc(index: int, pages: int, prefix: str = "long") -> LoadDoc:
+    """Like :func:`fake_doc`, with hundreds of pages: page ``p`` is
+    ``(400 + 2 (p // 40)) × (100 + 5 (p % 40))`` pixels."""
+    parts, texts = [], []
+    for p in range(1, pages + 1):
+        w, h = 400 + 2 * (p // 40), 100 + 5 * (p % 40)
+        gray = np.full((h, w), 255, np.uint8)
+        gray[10:20, 10 + p % 50 : 100 + p % 50] = 20
+        parts.append((_jpeg(gray), w, h))
+        texts.append(f"page {w}x{h}")
+    return LoadDoc(f"{prefix}-{index:04d}", _scan_pdf(parts), tuple(texts))
+
+
 def text_doc(index: int, pages: int, prefix: str = "doc", dpi: int = 150) -> LoadDoc:
     """A scan of small pages that each print their own line (for the real engine)."""
     parts, texts = [], []
@@ -661,9 +684,9 @@ def stack(
     printed, and faust's internal topics under the prefix are deleted."""
     made: list[tuple[Pipeline, Witness]] = []
 
-    def make(**kwargs: Any) -> tuple[Pipeline, Witness]:
+    def make(*, tasks: bool = False, **kwargs: Any) -> tuple[Pipeline, Witness]:
         pipeline = Pipeline(kafka, bucket, log_dir, **kwargs)
-        witness = Witness(kafka)
+        witness = Witness(kafka, tasks=tasks)
         made.append((pipeline, witness))
         return pipeline, witness
 

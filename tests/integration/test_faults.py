@@ -47,6 +47,7 @@ from tests.integration.harness import (
     assert_complete,
     assert_exactly_once,
     fake_doc,
+    long_doc,
     poison_for,
     produce_raw,
     scan_record,
@@ -57,7 +58,8 @@ from tests.integration.harness import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FAST_OUTPUTS = ("json", "txt")  # the searchable PDF costs CPU and proves nothing about faults
+FAST_OUTPUTS = ("json", "txt")
+LONG_PAGES = 200  # the searchable PDF costs CPU and proves nothing about faults
 SIGKILL = -9
 
 Factory = Callable[..., tuple[Pipeline, Witness]]
@@ -121,10 +123,12 @@ def test_agent_crashes_duplicates_and_poison_under_load(
     unknown schema, a truncated body, the wrong type or no value at all are published to the
     topic of each consuming agent: they go to ``ocr.dlq.v1`` with their origin and the agents
     go on."""
-    pipeline, witness = stack(env=_agent_env(OCRSTREAM_FAKE_ENGINE_BATCH_DELAY_S="0.25"))
+    pipeline, witness = stack(env=_agent_env(OCRSTREAM_FAKE_ENGINE_BATCH_DELAY_S="0.25"),
+                              tasks=True)  # fmt: skip
     codec = Codec(topics)
     client = OcrClient(topics, s3_settings)
     docs = [fake_doc(i, 2 + i % 2) for i in range(60)]
+    long = long_doc(0, LONG_PAGES)
     pipeline.start()
     submitter = Submitter(client, docs, interval_s=0.7)
     submitter.start()
@@ -180,14 +184,18 @@ def test_agent_crashes_duplicates_and_poison_under_load(
         for name, records in poisons.items()
     }
 
-    # --- 3. SIGKILL the splitter while scans keep coming ----------------------------------------
+    # --- 3. SIGKILL the splitter in the middle of a long document, scans still coming --------
     wait_until(lambda: witness.done([d.doc_id for d in docs]) >= 5
                and time.monotonic() - killed_assembler_at > 5, 120,
                "documents from the restarted assembler")  # fmt: skip
+    client.submit(long.data, doc_id=long.doc_id, outputs=FAST_OUTPUTS)
+    wait_until(lambda: len(witness.page_tasks(long.doc_id)) >= 5, 120,
+               "the long document's first pages", interval_s=0.02)  # fmt: skip
     submitted_before = submitter.count()
-    assert submitted_before < len(docs), "the load ended before the splitter was killed"
     assert pipeline.kill("splitter") == SIGKILL
     killed_splitter_at = time.monotonic()
+    tasks_at_kill = len(witness.page_tasks(long.doc_id))
+    assert submitted_before < len(docs), "the load ended before the splitter was killed"
     pipeline.start("splitter")
 
     # --- the same file again under a new doc_id, and the old ScanSubmitted once more -----------
@@ -197,14 +205,16 @@ def test_agent_crashes_duplicates_and_poison_under_load(
     produce_raw(topics, t.SCANS, [(key, twice_bytes, {})])
 
     submitter.finish(120)
-    all_ids = [d.doc_id for d in docs] + [twice.doc_id, again]
+    all_ids = [d.doc_id for d in docs] + [twice.doc_id, again, long.doc_id]
     witness.wait_done(all_ids, 240, pipeline)
     witness.quiet(6)
 
+    print(f"{len(restored)} documents half assembled at the assembler's death; the long "
+          f"document cut after {tasks_at_kill} of {LONG_PAGES} pages")  # fmt: skip
     # Every document exactly once, complete, each page with its own text.
     events = assert_exactly_once(witness, all_ids)
     again_doc = LoadDoc(again, docs[3].data, docs[3].texts)
-    assert_complete(object_store, events, [*docs, twice, again_doc])
+    assert_complete(object_store, events, [*docs, twice, again_doc, long])
 
     # 1. The worker really died mid-batch and its successor did the rest of the work.
     worker_ids = {r.worker_id for r in witness.page_results(since=killed_worker_at)}
@@ -217,7 +227,11 @@ def test_agent_crashes_duplicates_and_poison_under_load(
     finished_later = {e.doc_id for e in witness.events_since(killed_assembler_at)}
     assert restored, "no document was half assembled at the crash"
     assert restored <= finished_later, (restored, finished_later)
-    # 3. Scans submitted after the splitter's death were split by its successor.
+    # 3. The long document was cut in the middle, split again from the start by the new
+    # splitter (its page tasks twice over), and assembled once, every page in (above).
+    assert 0 < tasks_at_kill < LONG_PAGES, tasks_at_kill
+    assert len(witness.page_tasks(long.doc_id)) >= tasks_at_kill + LONG_PAGES
+    # Scans submitted after the splitter's death were split by its successor.
     after = [d for at, d in submitter.submitted if at > killed_splitter_at]
     assert after
     assert all(events[d].status is DocumentStatus.COMPLETED for d in after)
