@@ -22,8 +22,12 @@ while pages are fetched and decoded in a thread pool and batches run in the engi
   in the engine) stay within ``max_inflight_pixels``; the others wait, undecoded, with every
   partition paused. Without it a few small PDFs of huge vector pages (each rendered at the
   80-megapixel page limit, 240 MB as BGR) could fill the worker's memory 64 pages at a time.
-- Store down: a page whose image can't be fetched waits with exponential backoff, and its
-  partition is paused until the store answers again.
+- Store down: a page whose image can't be fetched waits, and its partition is paused until
+  the store answers again. The store has one circuit for the whole worker: after a failed
+  fetch no image is fetched until the backoff (doubling per failed probe) runs out; then one
+  page probes the store, and the others follow once it answers: one request per backoff
+  instead of one per waiting page (up to ``max_inflight_pages``), one warning per outage, and
+  no burst of requests the moment it comes back.
 - Rebalance and SIGTERM: in-flight pages are finished and delivered, offsets stored, and
   the commit is made synchronously before partitions are given up.
 """
@@ -77,7 +81,6 @@ class _Item:
     origin: Origin
     task: PageTask
     attempts: int = 0
-    retry_at: float = 0.0
     future: Future[PreparedPage] | None = None
 
     @property
@@ -154,6 +157,9 @@ class OcrWorker:
         self._preparing: list[_Item] = []
         self._retrying: list[_Item] = []
         self._waiting: deque[_Item] = deque()  # not decoded yet: over the pixel budget
+        self._store_failures = 0  # failed probes since the store last answered
+        self._store_retry_at = 0.0  # no image is fetched before this while it fails
+        self._probe: _Item | None = None  # the one fetch that tests the store
         self._held_pixels = 0
         self._engine_future: Future[list[PageResult]] | None = None
         self._engine_batch: list[tuple[_Item, PreparedPage]] = []
@@ -262,6 +268,9 @@ class OcrWorker:
         self._start(item)
 
     def _start(self, item: _Item) -> None:
+        if self._store_failures and item.task.image.uri and item is not self._probe:
+            self._retrying.append(item)  # the store is down: wait for the probe
+            return
         self._held_pixels += item.pixels
         with _context(item):  # the decode thread logs with the page's context
             run = contextvars.copy_context().run
@@ -304,35 +313,56 @@ class OcrWorker:
                         "preparing %s page %d failed", item.task.doc_id, item.task.page_no
                     )
                     page = PreparedPage(item.task, error=ErrorInfo("prepare_error", repr(e)))
+            if item is self._probe:
+                self._probe = None
+            if self._store_failures and item.task.image.uri:
+                log.info("the store answers again: fetching the %d waiting pages",
+                         len(self._retrying))  # fmt: skip
+                self._store_failures = 0
             self.metrics.stage_seconds.labels("decode").observe(page.decode_ms / 1000)
             self._batcher.add((item, page), now)
         self._preparing = pending
 
     def _schedule_retry(self, item: _Item, exc: RetriableError, now: float) -> None:
+        """Park a page whose image could not be fetched; the first failure, and each failed
+        probe, open the store's circuit for the next backoff."""
         item.attempts += 1
-        delay = min(
-            self.settings.store_backoff_max_s,
-            self.settings.store_backoff_s * 2 ** (item.attempts - 1),
-        )
-        item.retry_at = now + delay
         self._retrying.append(item)
         self.metrics.retries.labels(STAGE, exc.code).inc()
-        level = logging.WARNING if item.attempts == 1 else logging.DEBUG
+        was_probe = item is self._probe
+        if was_probe:
+            self._probe = None
+        if self._store_failures and not was_probe:
+            return  # failed with the others of the same outage: no new backoff
+        self._store_failures += 1
+        delay = min(
+            self.settings.store_backoff_max_s,
+            self.settings.store_backoff_s * 2 ** (self._store_failures - 1),
+        )
+        self._store_retry_at = now + delay
         log.log(
-            level,
-            "page %s/%d: %s; retry %d in %.1fs (partition paused)",
-            item.task.doc_id,
-            item.task.page_no,
+            logging.WARNING if self._store_failures == 1 else logging.DEBUG,
+            "store unavailable (%s): %d pages wait, their partitions paused; probe %d in %.1fs",
             exc,
-            item.attempts,
+            len(self._retrying),
+            self._store_failures,
             delay,
         )
 
     def _resubmit_due(self, now: float) -> None:
-        due = [item for item in self._retrying if item.retry_at <= now]
-        if not due:
+        if not self._retrying:
             return
-        self._retrying = [item for item in self._retrying if item.retry_at > now]
+        if self._store_failures:  # one probe at a time, when the backoff has run out
+            probe = self._probe
+            if probe is not None and not any(
+                i is probe for i in (*self._preparing, *self._waiting)
+            ):
+                self._probe = None  # dropped with a revoked or lost partition
+            if self._probe is None and now >= self._store_retry_at:
+                self._probe = self._retrying.pop(0)
+                self._submit(self._probe)
+            return
+        due, self._retrying = self._retrying, []
         for item in due:
             self._submit(item)
 
