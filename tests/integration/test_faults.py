@@ -330,44 +330,65 @@ def test_store_outage_under_load(
     stack: Factory, topics: KafkaSettings, s3_settings: S3Settings, object_store: ObjectStore
 ) -> None:
     """The S3 store is unreachable for 30 s in the middle of 50 documents whose page images
-    all travel through it (claim-check): the OCR worker backs off and pauses the partitions of
-    the pages it can't fetch (``ocrstream_paused_partitions{reason="store_unavailable"}`` > 0)
-    instead of failing them, and no agent spins (each uses under 10% of a core during the
-    outage). When the store is back every document completes, exactly once."""
+    all travel through it (claim-check): the OCR worker finishes the pages it had fetched,
+    then backs off and pauses the partitions of the pages it can't fetch
+    (``ocrstream_paused_partitions{reason="store_unavailable"}`` > 0) instead of failing them,
+    and idles: under 5% of a core once its fetched pages are done, as the splitter and the
+    assembler, which hold their records and retry, over the whole outage. When the store is
+    back every document completes, exactly once."""
     pipeline, witness = stack(env=_agent_env(
-        OCRSTREAM_FAKE_ENGINE_PAGE_DELAY_S="0.05",
+        OCRSTREAM_FAKE_ENGINE_PAGE_DELAY_S="0.1",  # slower than the splitter: a backlog
         OCRSTREAM_SPLITTER_CLAIM_CHECK_BYTES="0",  # every page image goes through the store
-    ))  # fmt: skip
+        OCRSTREAM_WORKER_MAX_INFLIGHT_PAGES="16",  # little fetched ahead: a long idle stretch
+    ), tasks=True)  # fmt: skip
     client = OcrClient(topics, s3_settings)
     docs = [fake_doc(i, 2 + i % 2) for i in range(50)]
     ids = [d.doc_id for d in docs]
     pipeline.start()
     for doc in docs:  # inline sources: submitting needs no store
         client.submit(doc.data, doc_id=doc.doc_id, outputs=FAST_OUTPUTS)
-    wait_until(lambda: witness.done(ids) >= 5, 180, "the first documents")
+
+    def backlog() -> int:  # pages split, their images in the store, not recognised yet
+        return len(witness.tasks) - len(witness.page_results())
+
+    wait_until(lambda: len(witness.page_results()) >= 5 and backlog() >= 20, 180,
+               "the worker to have pages to fetch")  # fmt: skip
 
     outage_s = 30.0
     paused = 0.0
     with service_down("s3") as start:
         began = time.monotonic()
         done_before = witness.done(ids)
+        backlog_before = backlog()
         cpu_before = {name: pipeline.cpu_seconds(name) for name in pipeline.agents}
+        # (seconds into the outage, the worker's CPU seconds, page results so far)
+        samples: list[tuple[float, float, int]] = []
         while time.monotonic() - began < outage_s:
             value = pipeline.metric("worker", "ocrstream_paused_partitions",
                                     stage="ocr", reason="store_unavailable")  # fmt: skip
             paused = max(paused, value or 0.0)
+            samples.append((time.monotonic() - began, pipeline.cpu_seconds("worker"),
+                            len(witness.page_results())))  # fmt: skip
             time.sleep(1.0)
         cpu = {n: pipeline.cpu_seconds(n) - cpu_before[n] for n in pipeline.agents}
         outage = time.monotonic() - began
         done_during = witness.done(ids) - done_before
         pipeline.assert_alive()
         start()
-    print(f"store outage {outage:.1f}s: CPU seconds {cpu}, {done_during} documents finished")
+    # The worker's idle stretch: from the first second with no new page result to the end.
+    idle = next(i for i in range(1, len(samples)) if samples[i][2] == samples[-1][2])
+    idle_s = samples[-1][0] - samples[idle][0]
+    idle_cpu = samples[-1][1] - samples[idle][1]
+    print(f"store outage {outage:.1f}s with {backlog_before} pages to fetch: CPU seconds {cpu}, "
+          f"the worker's {idle_cpu:.2f}s in its last {idle_s:.0f}s; {done_during} documents "
+          f"finished")  # fmt: skip
 
     assert done_before < len(ids) - 10, "the load was nearly over before the outage"
     assert paused > 0, "the worker never paused a partition for the store"
-    for name, seconds in cpu.items():
-        assert seconds < 0.1 * outage, f"{name} used {seconds:.1f}s CPU in a {outage:.0f}s outage"
+    assert idle_s >= 10, f"the worker was busy with fetched pages for {outage - idle_s:.0f}s"
+    assert idle_cpu < 0.05 * idle_s, f"the worker used {idle_cpu:.1f}s CPU in {idle_s:.0f}s idle"
+    for name in ("splitter", "assembler"):
+        assert cpu[name] < 0.05 * outage, f"{name} used {cpu[name]:.1f}s CPU in {outage:.0f}s"
     retries = pipeline.metric("worker", "ocrstream_retries_total", stage="ocr",
                               reason="store_unavailable")  # fmt: skip
     assert retries, "the worker never retried a fetch"

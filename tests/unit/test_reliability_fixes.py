@@ -165,3 +165,39 @@ def test_a_dead_letter_leaves_out_what_would_not_fit() -> None:
     huge_key = dead_letter(key=b"k" * (2 << 20), value=b"v", headers={}, max_bytes=1 << 20,
                            **common)  # type: ignore[arg-type]  # fmt: skip
     assert (huge_key.key, huge_key.value, huge_key.headers) == (None, None, {})
+
+
+# --- the worker probes a store that is down with one page at a time ------------------------------
+
+
+def test_worker_probes_a_down_store_with_one_page() -> None:
+    """Ten claim-checked pages and a store that is down for a second: after the first wave of
+    failures one page at a time probes it (backoff 50 ms doubling to 200 ms), not all ten; the
+    partitions stay paused; once it answers every page is recognised."""
+    from ocrstream.storage import StoreUnavailableError
+    from tests.unit.test_worker import png
+
+    calls, down = [], [True]
+
+    def fetch(uri: str) -> bytes:
+        calls.append(time.monotonic())
+        if down[0]:
+            raise StoreUnavailableError("connection refused")
+        return png(int(uri.rsplit("/", 1)[1]))
+
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    for page in range(1, 11):
+        consumer.push(page % 2, b"d",
+                      CODEC.encode(task("d", page, 20 + page, uri=f"s3://b/{20 + page}",
+                                        count=10)))  # fmt: skip
+    worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.05,
+                         store_backoff_max_s=0.2)  # fmt: skip
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    step_until(worker, lambda: False, timeout=1.0)
+    assert consumer.paused == {0, 1}
+    assert 10 <= len(calls) <= 10 + 12, len(calls)  # the first wave, then ~7 probes
+    down[0] = False
+    assert step_until(worker, lambda: len(results(producer)) == 10)
+    assert sorted(r.page_no for r in results(producer)) == list(range(1, 11))
+    assert all(r.status.value == "ok" for r in results(producer))
+    worker.shutdown()
