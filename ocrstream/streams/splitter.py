@@ -29,6 +29,7 @@ record; a store outage is retried with backoff, holding the message.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import logging
 import tempfile
@@ -331,7 +332,11 @@ class Splitter:
 
     async def _next(self, pages: Iterator[SplitPage]) -> SplitPage | None:
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, next, pages, None)
+            # In the record's log context: what MuPDF says about a page names its document.
+            ctx = contextvars.copy_context()
+            return await asyncio.get_running_loop().run_in_executor(
+                self._pool, lambda: ctx.run(next, pages, None)
+            )
         except PoisonError as e:
             raise DocumentFailed(str(e.code), str(e)) from e
 
