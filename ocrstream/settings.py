@@ -18,9 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def _frozen(prefix: str) -> SettingsConfigDict:
-    return SettingsConfigDict(
-        env_prefix=prefix, frozen=True, extra="ignore", populate_by_name=True
-    )
+    return SettingsConfigDict(env_prefix=prefix, frozen=True, extra="ignore", populate_by_name=True)
 
 
 def default_home() -> Path:
