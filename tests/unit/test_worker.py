@@ -303,14 +303,23 @@ def test_pages_of_different_documents_share_a_batch() -> None:
 
 
 def test_offsets_are_stored_in_order_when_deliveries_complete_out_of_order() -> None:
-    consumer, producer = FakeConsumer(partitions=1), FakeProducer(auto=False, reverse=True)
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer(auto=False)
     for page in range(1, 7):
         consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=6)))
     worker = make_worker(consumer, producer, max_batch=6, max_wait_ms=0)
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
     assert step_until(worker, lambda: len(producer.queued) == 6)
     assert consumer.stored == []  # nothing delivered: nothing stored
-    producer.deliver()  # delivered last-first: offsets 5, 4, ... 0
+    # Deliver last-first, whatever order the engine returned them in: page 6 (offset 5) first,
+    # page 1 (offset 0) last. Nothing may be stored while offset 0 is outstanding.
+    producer.queued.sort(key=lambda q: -CODEC.decode_as(q[2], PageResult).page_no)
+    queued, producer.queued = producer.queued, []
+    for entry in queued[:-1]:
+        producer.queued = [entry]
+        producer.deliver()
+        assert consumer.stored == []
+    producer.queued = [queued[-1]]
+    producer.deliver()
     # Offset 6 ("everything up to 5 done") is stored only once offset 0 was delivered.
     assert consumer.stored == [(0, 6)]
     worker.shutdown()
