@@ -21,4 +21,7 @@ $BIN/mypy
 echo "== services"
 $BIN/ocrstream infra up
 echo "== pytest"
-$BIN/pytest -p no:cacheprovider "$@"
+# Fault-injection tests restart the broker and the store under load on a 2-core machine; one
+# that fails is run once more and reported as a rerun in the summary (never hidden: a test that
+# fails twice fails the run).
+$BIN/pytest -p no:cacheprovider --reruns 1 --reruns-delay 5 "$@"
