@@ -132,12 +132,15 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     sampler = Sampler(KafkaSettings(), args.group, args.autoscaler_url)
-    with open(args.out, "a") as out:
-        while not stop.is_set():
-            started = time.monotonic()
-            out.write(json.dumps(sampler.sample()) + "\n")
-            out.flush()
-            stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+    try:
+        with open(args.out, "a") as out:
+            while not stop.is_set():
+                started = time.monotonic()
+                out.write(json.dumps(sampler.sample()) + "\n")
+                out.flush()
+                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+    finally:
+        sampler.lag.close()
 
 
 class Timeline:

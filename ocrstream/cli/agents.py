@@ -146,8 +146,11 @@ def lag_exporter(metrics_port: int | None) -> None:
 
     settings = LagSettings()
     serve(settings.metrics_port if metrics_port is None else metrics_port)
-    exporter = LagExporter(LagReader(KafkaSettings()), process_metrics(), settings.interval_s)
-    exporter.run(_stop_on_signals())
+    reader = LagReader(KafkaSettings())
+    try:
+        LagExporter(reader, process_metrics(), settings.interval_s).run(_stop_on_signals())
+    finally:
+        reader.close()
 
 
 @click.command("all")

@@ -64,4 +64,7 @@ def scale(
         Autoscaler(policy), lag.read, spawn_worker(worker.metrics_port), process_metrics(),
         interval_s=settings.interval_s,
     )  # fmt: skip
-    scaler.run(_stop_on_signals())
+    try:
+        scaler.run(_stop_on_signals())
+    finally:
+        lag.close()

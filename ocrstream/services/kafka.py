@@ -234,6 +234,28 @@ class KafkaService(Service):
             return f"answers as cluster {cluster.cluster_id}, expected {expected}"
         if not cluster.nodes:
             return "no brokers registered yet"
+        return self._probe_group_coordinator(timeout_s)
+
+    def _probe_group_coordinator(self, timeout_s: float) -> str | None:
+        """Up means consumer groups work too: the first group request on new storage creates
+        __consumer_offsets, and until its partitions have leaders every group call fails (some
+        librdkafka admin calls even crash on the NOT_COORDINATOR answers of that window)."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.address,
+                "group.id": "ocrstream-infra-probe",
+                "enable.auto.commit": False,
+                "log_level": 0,
+            }
+        )
+        try:
+            consumer.committed([TopicPartition("ocrstream-infra-probe", 0)], timeout=timeout_s)
+        except KafkaException as e:
+            return f"group coordinator not ready: {e}"
+        finally:
+            consumer.close()
         return None
 
     def _cluster_id(self) -> str | None:

@@ -1,7 +1,7 @@
 """``ocrstream scale``: KEDA's lag rule on one machine.
 
 Every ``interval_s`` the autoscaler reads the OCR worker group's lag on ``ocr.pages.v1`` with
-the admin API (high watermark minus committed offset, and for a partition the group has never
+Kafka (high watermark minus committed offset, and for a partition the group has never
 committed, the whole retained backlog — what KEDA's ``offsetResetPolicy: earliest`` does),
 asks :class:`~ocrstream.processors.autoscale.Autoscaler` how many workers that needs, and
 starts or stops ``ocrstream ocr-worker`` processes to match. Scale-down sends SIGTERM to the
@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaException
 
 from ocrstream.errors import RetriableError
 from ocrstream.processors.autoscale import Autoscaler, Decision
 from ocrstream.settings import KafkaSettings
+from ocrstream.streams.lag import LagReader, PartitionLag
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.supervisor import ocrstream_command
 
@@ -40,40 +40,38 @@ class GroupLag:
 
     def __init__(self, kafka: KafkaSettings, group: str, topic: str, timeout_s: float = 10.0):
         self.group, self.topic, self.timeout_s = group, topic, timeout_s
-        self.admin = AdminClient(kafka.librdkafka(log_level=3))
+        self.reader = LagReader(kafka, timeout_s)
 
-    def partitions(self) -> int:
+    def _partitions(self) -> list[int]:
         try:
-            meta = self.admin.list_topics(self.topic, timeout=self.timeout_s)
+            parts = self.reader.partitions([self.topic]).get(self.topic)
         except KafkaException as e:
             raise RetriableError(f"cannot read the metadata of {self.topic}: {e}") from e
-        info = meta.topics.get(self.topic)
-        if info is None or info.error is not None:
+        if not parts:
             raise RetriableError(f"topic {self.topic} is not available")
-        return len(info.partitions)
+        return parts
+
+    def partitions(self) -> int:
+        return len(self._partitions())
 
     def read(self) -> int:
+        """The lag summed over the topic's partitions; RetriableError when any part of it
+        cannot be read (an undercount would scale the group down under a backlog)."""
+        tps = [(self.topic, p) for p in self._partitions()]
         try:
-            n = self.partitions()
-            tps = [TopicPartition(self.topic, p) for p in range(n)]
-            fut = self.admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(self.group, tps)], request_timeout=self.timeout_s
-            )[self.group]
-            committed = {tp.partition: tp.offset for tp in fut.result().topic_partitions or []}
-            marks: dict[int, list[int]] = {p: [0, 0] for p in range(n)}
-            for spec, slot in ((OffsetSpec.latest(), 0), (OffsetSpec.earliest(), 1)):
-                futures = self.admin.list_offsets(
-                    {tp: spec for tp in tps}, request_timeout=self.timeout_s
-                )
-                for tp, f in futures.items():
-                    marks[tp.partition][slot] = f.result().offset
+            committed = self.reader.offsets.read(self.group, tps)
+            marks = self.reader.watermarks(tps)
         except KafkaException as e:
             raise RetriableError(f"cannot read the lag of {self.group}: {e}") from e
-        total = 0
-        for p, (high, low) in marks.items():
-            start = committed.get(p, -1)
-            total += max(0, high - (start if start >= 0 else low))
-        return total
+        missing = [p for t, p in tps if (t, p) not in marks or (t, p) not in committed]
+        if missing:
+            raise RetriableError(f"no offsets for {self.topic} partitions {missing}")
+        return sum(
+            PartitionLag(self.group, t, p, committed[(t, p)], *marks[(t, p)]).lag for t, p in tps
+        )
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 @dataclass

@@ -1,10 +1,17 @@
 """The lag exporter: ``ocrstream_consumer_lag{group,topic,partition}`` for every consumer group.
 
-Lag is the partition's high watermark minus the group's committed offset, read with the admin
-API only (list groups, their committed offsets, the latest offsets): it does not depend on the
+Lag is the partition's high watermark minus the group's committed offset. Groups, topics and
+watermarks come from the admin API; committed offsets from an OffsetFetch through a consumer
+bound to the group that never subscribes (so it never joins it). Neither depends on the group's
 consumers being alive, so the lag of a dead worker group stays visible and keeps growing. A
 partition without a committed offset counts from the earliest retained record (the groups
 start at ``earliest``). Groups are limited to the configured topic prefix, when there is one.
+
+Why not the admin API's ListConsumerGroupOffsets: librdkafka (through 2.16) dereferences a
+NULL consumer group when that request is answered NOT_COORDINATOR — a broker that has just
+started, or a coordinator moving in a rolling restart — and kills the process with SIGSEGV
+(confluentinc/librdkafka#5040). A consumer's OffsetFetch goes through its own group
+coordinator lookup and retries instead.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ocrstream.settings import KafkaSettings
@@ -38,13 +45,68 @@ class PartitionLag:
         return max(0, self.high - start)
 
 
+class CommittedOffsets:
+    """The committed offsets of consumer groups, read with one idle consumer per group.
+
+    The consumers carry the group's id only to address its coordinator: they never subscribe,
+    assign or commit, so they are never members and never move the group's offsets."""
+
+    def __init__(self, kafka: KafkaSettings, timeout_s: float = 15.0) -> None:
+        self.kafka, self.timeout_s = kafka, timeout_s
+        self._consumers: dict[str, Consumer] = {}
+        self._lock = threading.Lock()
+
+    def _consumer(self, group: str) -> Consumer:
+        with self._lock:
+            consumer = self._consumers.get(group)
+            if consumer is None:
+                consumer = Consumer(self.kafka.librdkafka(**{
+                    "group.id": group,
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "log_level": 3,
+                }))  # fmt: skip
+                self._consumers[group] = consumer
+            return consumer
+
+    def read(self, group: str, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """``{(topic, partition): offset}`` with -1 where the group has committed nothing.
+        Raises KafkaException when the group's coordinator does not answer in time."""
+        request = [TopicPartition(t, p) for t, p in tps]
+        if not request:
+            return {}
+        answer = self._consumer(group).committed(request, timeout=self.timeout_s)
+        out: dict[tuple[str, int], int] = {}
+        for tp in answer:
+            if tp.error is not None:
+                log.debug("no committed offset for %s %s[%d]: %s",
+                          group, tp.topic, tp.partition, tp.error)  # fmt: skip
+                continue
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+        return out
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Closes the consumers of groups not in ``keep`` (groups that were deleted)."""
+        keep = set(keep)
+        with self._lock:
+            gone = [g for g in self._consumers if g not in keep]
+            closing = [self._consumers.pop(g) for g in gone]
+        for consumer in closing:
+            consumer.close()
+
+    def close(self) -> None:
+        self.forget(())
+
+
 class LagReader:
-    """Reads committed offsets and watermarks through one AdminClient."""
+    """Reads groups, partitions and watermarks through one AdminClient and committed offsets
+    through :class:`CommittedOffsets`."""
 
     def __init__(self, kafka: KafkaSettings, timeout_s: float = 15.0) -> None:
         self.kafka = kafka
         self.timeout_s = timeout_s
         self.admin = AdminClient(kafka.librdkafka(log_level=3))
+        self.offsets = CommittedOffsets(kafka, timeout_s)
 
     def groups(self) -> list[str]:
         result = self.admin.list_consumer_groups(request_timeout=self.timeout_s).result()
@@ -52,16 +114,22 @@ class LagReader:
         prefix = self.kafka.topic_prefix
         return [g for g in names if g.startswith(prefix)] if prefix else names
 
-    def committed(self, group: str) -> dict[tuple[str, int], int]:
-        futures = self.admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout_s
-        )
-        out: dict[tuple[str, int], int] = {}
-        for fut in futures.values():
-            for tp in fut.result().topic_partitions or []:
-                if tp.error is None:
-                    out[(tp.topic, tp.partition)] = tp.offset
-        return out
+    def topics(self) -> list[str]:
+        """The topics under the configured prefix, internal ones (``__…``) left out."""
+        meta = self.admin.list_topics(timeout=self.timeout_s)
+        prefix = self.kafka.topic_prefix
+        return sorted(name for name, info in meta.topics.items()
+                      if info.error is None and not name.startswith("__")
+                      and name.startswith(prefix))  # fmt: skip
+
+    def committed(self, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """The group's committed offsets on every partition of each of ``topics`` it has
+        committed on at all (-1 on that topic's other partitions); topics it never committed
+        on are left out."""
+        parts = self.partitions(topics)
+        answer = self.offsets.read(group, [(t, p) for t, ps in parts.items() for p in ps])
+        used = {topic for (topic, _), offset in answer.items() if offset >= 0}
+        return {tp: offset for tp, offset in answer.items() if tp[0] in used}
 
     def watermarks(self, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         tps = list(tps)
@@ -96,19 +164,20 @@ class LagReader:
         """The lag of every partition of every topic a group has committed for: partitions it
         never committed on (no record reached them yet) count from their earliest record, so
         new records there show up as lag even when the group's consumers are gone."""
-        by_group = {group: self.committed(group) for group in self.groups()}
-        parts = self.partitions({topic for offsets in by_group.values() for topic, _ in offsets})
-        for offsets in by_group.values():
-            for topic in {topic for topic, _ in offsets}:
-                for p in parts.get(topic, ()):
-                    offsets.setdefault((topic, p), -1)
+        groups = self.groups()
+        self.offsets.forget(groups)
+        topics = self.topics()
+        by_group = {group: self.committed(group, topics) for group in groups}
         marks = self.watermarks({tp for offsets in by_group.values() for tp in offsets})
         return [
             PartitionLag(group, topic, partition, committed, *marks[(topic, partition)])
             for group, offsets in by_group.items()
             for (topic, partition), committed in sorted(offsets.items())
-            if (topic, partition) in marks and not topic.startswith("__")
+            if (topic, partition) in marks
         ]
+
+    def close(self) -> None:
+        self.offsets.close()
 
 
 class LagExporter:

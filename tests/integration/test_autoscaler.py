@@ -73,6 +73,7 @@ def autoscaler(
         yield scaler, metrics
     finally:
         scaler.shutdown()
+        lag.close()
 
 
 def test_backlog_scales_up_and_idle_scales_down(
