@@ -97,15 +97,17 @@ class OcrEngine:
             mean=self.models.det_mean,
             std=self.models.det_std,
         )
-        self.rec_params = rec_params or rec_mod.RecParams(height=settings.rec_height)
+        self.rec_params = rec_params or rec_mod.RecParams(
+            height=settings.rec_height, max_batch_width=settings.rec_batch_pixels
+        )
         self.min_confidence = settings.min_confidence
         h = self.rec_params.height
         self._det = self._load(
             self.models.det_path,
             "det",
             min_shape=(1, 3, 32, 32),
-            opt_shape=(settings.det_batch, 3, 1280, 960),
-            max_shape=(max(1, settings.det_batch), 3, 4096, 4096),
+            opt_shape=(settings.det_batch_size, 3, 1280, 960),
+            max_shape=(settings.det_batch_size, 3, 4096, 4096),
         )
         rec_path, self._rec_classes = self.models.rec_path, 0
         cpu = self._backend.name in CPU_BACKENDS
@@ -288,7 +290,7 @@ class OcrEngine:
         params = self.det_params
         images = [p.image for p in pages if p.image is not None]
         shapes = [det_mod.det_shape(img.shape[0], img.shape[1], params) for img in images]
-        for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch):
+        for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])
             prep = time.perf_counter()

@@ -370,7 +370,7 @@ class DevicePipeline:
             engine._charset,
             det_params=engine.det_params,
             rec_params=engine.rec_params,
-            det_batch=settings.det_batch,
+            det_batch=settings.det_batch_size,
             rec_batch=settings.rec_batch,
             min_confidence=settings.min_confidence,
             device=settings.device,
