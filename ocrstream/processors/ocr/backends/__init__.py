@@ -13,9 +13,23 @@ paddle, cpu or cuda       ``paddle_backend``                         ``PaddleBac
 
 Each class takes no constructor arguments and implements :class:`base.Backend`.
 
-``auto`` on CPU is OpenVINO when it is installed. Measured on this project's 2-core Xeon
-(AVX-512, no AMX), PP-OCRv6 small, 2 threads, fp32 (other jobs were running, so read the
-ratios, not the absolute times):
+``auto`` on CPU is OpenVINO when it is installed and the engine has two threads or more, and
+onnxruntime for a single-threaded engine (the fast profile: one process per core). On 300-DPI
+A4 pages, quiet 2-core Xeon (AVX-512, no AMX), pages/s over 10 pages (``ocrstream bench
+engine --synthetic-a4 10 --backend B --model M --threads T --processes P``):
+
+==========================  =================  =================
+model, threads × processes  OpenVINO           onnxruntime
+==========================  =================  =================
+v6 small, 2 × 1             **0.35**           0.26
+v6 small, 1 × 2             0.15               **0.25**
+v6 tiny, 2 × 1              0.82               0.85
+v6 tiny, 1 × 2              0.59               **1.34**
+==========================  =================  =================
+
+OpenVINO's det is ~3x faster at any thread count, but its rec on one thread is 2-3x slower than
+onnxruntime's. Earlier measurements, PP-OCRv6 small, 2 threads, fp32 (other jobs were running,
+so read the ratios, not the absolute times):
 
 - det, one 1280×896 page: OpenVINO 0.16 s, onnxruntime 0.64 s (~4x in two runs);
 - rec, 16 lines at 48×960, best of 5 interleaved: OpenVINO 0.54 s (0.49 s as two streams),
@@ -69,7 +83,9 @@ def resolve(settings: OcrSettings) -> str:
     if backend is OcrBackend.AUTO:
         if cuda:
             return "tensorrt" if importlib.util.find_spec("tensorrt") else "torch"
-        return "openvino" if importlib.util.find_spec("openvino") else "onnxruntime"
+        if settings.threads >= 2 and importlib.util.find_spec("openvino"):
+            return "openvino"
+        return "onnxruntime"
     if backend is OcrBackend.ONNXRUNTIME:
         return "ort_gpu" if cuda else "onnxruntime"
     if backend in (OcrBackend.OPENVINO, OcrBackend.TENSORRT) and (
