@@ -53,8 +53,12 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ocrstream")
 @click.option("--log-level", default="INFO", show_default=True, envvar="OCRSTREAM_LOG_LEVEL")
-@click.option("--log-json/--no-log-json", default=False, envvar="OCRSTREAM_LOG_JSON",
-              help="Log JSON lines (for ELK/Loki) instead of text.")
+@click.option(
+    "--log-json/--no-log-json",
+    default=False,
+    envvar="OCRSTREAM_LOG_JSON",
+    help="Log JSON lines (for ELK/Loki) instead of text.",
+)
 def main(log_level: str, log_json: bool) -> None:
     """ocrstream: OCR of scanned documents at scale on Kafka and S3."""
     from ocrstream.logs import configure_logging

@@ -8,13 +8,22 @@ import click
 @click.command()
 @click.option("--min", "min_replicas", type=int, default=None, help="Fewest workers.")
 @click.option("--max", "max_replicas", type=int, default=None, help="Most workers.")
-@click.option("--lag-threshold", type=int, default=None,
-              help="Pages of lag one worker is expected to absorb (KEDA lagThreshold).")
-@click.option("--activation", type=int, default=None,
-              help="Lag at or under which the scaler is inactive (activationLagThreshold).")
+@click.option(
+    "--lag-threshold",
+    type=int,
+    default=None,
+    help="Pages of lag one worker is expected to absorb (KEDA lagThreshold).",
+)
+@click.option(
+    "--activation",
+    type=int,
+    default=None,
+    help="Lag at or under which the scaler is inactive (activationLagThreshold).",
+)
 @click.option("--cooldown", type=float, default=None, help="Seconds before going to --min.")
-@click.option("--stabilization", type=float, default=None,
-              help="Scale-down stabilisation window in seconds.")
+@click.option(
+    "--stabilization", type=float, default=None, help="Scale-down stabilisation window in seconds."
+)
 @click.option("--interval", type=float, default=None, help="Seconds between decisions.")
 @click.option("--metrics-port", type=int, default=None)
 def scale(

@@ -116,9 +116,15 @@ def test_kafka_round_trip_commit_and_lag(kafka_settings: KafkaSettings) -> None:
             producer.produce(topic, key=record.doc_id.encode(), value=codec.encode(record, topic))
         assert producer.flush(30) == 0
 
-        consumer = Consumer(kafka_settings.librdkafka(**{
-            "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        }))
+        consumer = Consumer(
+            kafka_settings.librdkafka(
+                **{
+                    "group.id": group,
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                }
+            )
+        )
         consumer.subscribe([topic])
         received: list[Message] = []
         deadline = time.monotonic() + 60

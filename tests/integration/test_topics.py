@@ -46,8 +46,9 @@ def test_a_differing_topic_is_reported_not_changed(kafka: KafkaSettings) -> None
 
     dlq = kafka.topic(DLQ)
     admin = AdminClient(kafka.librdkafka())
-    wrong = NewTopic(dlq, num_partitions=2, replication_factor=1,
-                     config={"cleanup.policy": "compact"})
+    wrong = NewTopic(
+        dlq, num_partitions=2, replication_factor=1, config={"cleanup.policy": "compact"}
+    )
     admin.create_topics([wrong])[dlq].result(timeout=30)
 
     report = ensure_topics(kafka, partitions_scale=SCALE)
@@ -63,8 +64,10 @@ def test_a_differing_topic_is_reported_not_changed(kafka: KafkaSettings) -> None
 
 
 def test_cli_topics_create_prints_the_report(kafka: KafkaSettings) -> None:
-    env = {"OCRSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
-           "OCRSTREAM_TOPICS_PARTITIONS_SCALE": str(SCALE)}
+    env = {
+        "OCRSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
+        "OCRSTREAM_TOPICS_PARTITIONS_SCALE": str(SCALE),
+    }
     runner = CliRunner()
     first = runner.invoke(main, ["topics", "create"], env=env)
     assert first.exit_code == 0, first.output

@@ -22,8 +22,12 @@ def test_partition_cap_limits_replicas() -> None:
 
 def test_below_activation_threshold_scales_to_min_after_cooldown() -> None:
     policy = ScalePolicy(
-        min_replicas=0, max_replicas=4, lag_threshold=10, activation_lag_threshold=5,
-        cooldown_s=30, stabilization_window_s=0,
+        min_replicas=0,
+        max_replicas=4,
+        lag_threshold=10,
+        activation_lag_threshold=5,
+        cooldown_s=30,
+        stabilization_window_s=0,
     )
     a = Autoscaler(policy)
     assert a.decide(0.0, 40, current=0).desired == 4
@@ -41,8 +45,9 @@ def test_never_activated_stays_at_min() -> None:
 
 
 def test_scale_down_is_stabilised_but_scale_up_is_immediate() -> None:
-    a = Autoscaler(ScalePolicy(min_replicas=1, max_replicas=10, lag_threshold=10,
-                               stabilization_window_s=60))
+    a = Autoscaler(
+        ScalePolicy(min_replicas=1, max_replicas=10, lag_threshold=10, stabilization_window_s=60)
+    )
     assert a.decide(0.0, 80, current=1).desired == 8
     # Lag falls: the highest recommendation of the last 60 s still holds.
     d = a.decide(20.0, 10, current=8)
