@@ -16,13 +16,10 @@ engine.
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
-import threading
-from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ocrstream.cli.agents import _stop_on_signals
 from ocrstream.logs import configure_logging
 from ocrstream.schemas.codec import Codec
 from ocrstream.settings import KafkaSettings, LimitsSettings, S3Settings, WorkerSettings
@@ -30,8 +27,6 @@ from ocrstream.storage import ObjectStore, parse_s3_uri
 from ocrstream.streams.metrics import process_metrics, serve
 from ocrstream.streams.worker import OcrWorker
 from tests.fakes.engines import SlowEngine
-
-log = logging.getLogger("tests.fakes.worker")
 
 
 class FakeEngineSettings(BaseSettings):
@@ -63,15 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     engine.name = "fake"
     worker = OcrWorker(kafka=kafka, settings=settings, engine=engine, codec=Codec(kafka),
                        fetch=fetch, metrics=process_metrics(), limits=limits)  # fmt: skip
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: Any) -> None:
-        log.info("signal %s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    worker.run(stop)
+    worker.run(_stop_on_signals())
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from ocrstream.storage import ObjectStore
 from ocrstream.streams import topics as t
 from ocrstream.streams.supervisor import AgentSpec, Supervisor
 from tests import hostile, samples
+from tests.integration.harness import delete_internal_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -73,18 +74,7 @@ def pipeline(
         thread.join(60)
         log.close()
         print((tmp_path / "agents.log").read_text(errors="replace")[-6000:])
-        _delete_internal_topics(topics)
-
-
-def _delete_internal_topics(kafka: KafkaSettings) -> None:
-    """faust's changelog, leader and deadline topics under the test prefix."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(kafka.librdkafka())
-    names = [n for n in admin.list_topics(timeout=10).topics
-             if n.startswith(f"{kafka.topic_prefix}ocrstream-")]  # fmt: skip
-    for fut in admin.delete_topics(names).values() if names else ():
-        fut.result(30)
+        delete_internal_topics(topics)
 
 
 def read_all(kafka: KafkaSettings, name: str, codec: Codec) -> list[object]:
