@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -114,19 +114,21 @@ class LagReader:
         prefix = self.kafka.topic_prefix
         return [g for g in names if g.startswith(prefix)] if prefix else names
 
-    def topics(self) -> list[str]:
-        """The topics under the configured prefix, internal ones (``__…``) left out."""
+    def topic_partitions(self) -> dict[str, list[int]]:
+        """The partitions of every topic under the configured prefix, internal ones (``__…``)
+        left out, from one metadata request."""
         meta = self.admin.list_topics(timeout=self.timeout_s)
         prefix = self.kafka.topic_prefix
-        return sorted(name for name, info in meta.topics.items()
-                      if info.error is None and not name.startswith("__")
-                      and name.startswith(prefix))  # fmt: skip
+        return {name: sorted(info.partitions) for name, info in meta.topics.items()
+                if info.error is None and not name.startswith("__")
+                and name.startswith(prefix)}  # fmt: skip
 
-    def committed(self, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
-        """The group's committed offsets on every partition of each of ``topics`` it has
+    def committed(
+        self, group: str, parts: Mapping[str, Sequence[int]]
+    ) -> dict[tuple[str, int], int]:
+        """The group's committed offsets on every partition of each topic in ``parts`` it has
         committed on at all (-1 on that topic's other partitions); topics it never committed
         on are left out."""
-        parts = self.partitions(topics)
         answer = self.offsets.read(group, [(t, p) for t, ps in parts.items() for p in ps])
         used = {topic for (topic, _), offset in answer.items() if offset >= 0}
         return {tp: offset for tp, offset in answer.items() if tp[0] in used}
@@ -166,8 +168,8 @@ class LagReader:
         new records there show up as lag even when the group's consumers are gone."""
         groups = self.groups()
         self.offsets.forget(groups)
-        topics = self.topics()
-        by_group = {group: self.committed(group, topics) for group in groups}
+        parts = self.topic_partitions()
+        by_group = {group: self.committed(group, parts) for group in groups}
         marks = self.watermarks({tp for offsets in by_group.values() for tp in offsets})
         return [
             PartitionLag(group, topic, partition, committed, *marks[(topic, partition)])
