@@ -231,9 +231,12 @@ class OcrWorker:
 
     def _poll_timeout(self) -> float:
         timeout = self.settings.poll_timeout_ms / 1000
-        if self._preparing or self._engine_future is not None or len(self.producer):
+        busy = self._engine_future is not None
+        if self._preparing or busy or len(self.producer):
             timeout = min(timeout, 0.005)
-        deadline = self._batcher.deadline()
+        # A due batch can only start when the engine is free: while it runs, waking for the
+        # batch's deadline would make this loop spin and take the engine's CPU.
+        deadline = None if busy else self._batcher.deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - time.monotonic()))
         return timeout

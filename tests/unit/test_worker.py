@@ -3,6 +3,7 @@ controls, and a fake engine that reads back each page's size."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -453,3 +454,44 @@ def test_pixel_limit_is_checked_before_decoding() -> None:
     assert page.image is None
     assert page.error is not None
     assert page.error.code == "page_too_large"
+
+
+def test_the_loop_waits_instead_of_spinning_while_the_engine_is_busy() -> None:
+    """A backlog (a due batch queued behind the running one) must not turn the consumer loop
+    into a busy spin: on a small machine that thread takes the engine's CPU."""
+    busy = threading.Event()
+
+    class SlowEngine(SizeEngine):
+        def recognize(self, images: Sequence[np.ndarray]) -> list[PageOCR]:
+            busy.set()
+            time.sleep(0.3)
+            try:
+                return super().recognize(images)
+            finally:
+                busy.clear()
+
+    class RecordingConsumer(FakeConsumer):
+        def __init__(self) -> None:
+            super().__init__(partitions=1)
+            self.busy_timeouts: list[float] = []
+
+        def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+            out = super().consume(num_messages, timeout)
+            if busy.is_set():
+                self.busy_timeouts.append(timeout)
+            if not out:
+                time.sleep(timeout)  # as librdkafka waits for messages
+            return out
+
+    consumer, producer = RecordingConsumer(), FakeProducer()
+    for page in range(1, 7):
+        consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=6)))
+    worker = make_worker(consumer, producer, SlowEngine(), max_batch=2, max_wait_ms=0)
+    run_until(worker, lambda: len(results(producer)) == 6)
+
+    assert len(results(producer)) == 6
+    # Three batches of 0.3 s, the later ones due (full, waited) while the first runs.
+    spins = [t for t in consumer.busy_timeouts if t < 0.001]
+    assert consumer.busy_timeouts
+    assert not spins, f"{len(spins)} zero-timeout polls"
+    assert len(consumer.busy_timeouts) < 0.9 / 0.004
