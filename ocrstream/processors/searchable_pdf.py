@@ -8,8 +8,13 @@ in a font whose glyph box fills the line's box: the font size makes the glyphs a
 line, a horizontal scale stretches the string to the line's width, and a rotation follows the
 line's angle. Selecting or searching text in a viewer then highlights the words in place.
 
-Fonts: Helvetica (Nimbus Sans, embedded and subset) for Latin, Cyrillic and Greek; Droid Sans
-Fallback (PyMuPDF's built-in CJK font, subset) for lines it cannot cover. Text in scripts
+Fonts: a line whose characters are all in WinAnsiEncoding (Latin-1 and the Windows
+punctuation: nearly every line of Western documents) is written straight into one content
+stream per page in the standard Helvetica, not embedded — invisible text needs no glyph
+outlines and every reader knows Helvetica's metrics — which costs a few string operations per
+line (MuPDF's TextWriter merges resources on every call: 7x slower on a receipt page). Other
+lines go through TextWriter: Helvetica (Nimbus Sans, embedded and subset) for Cyrillic and
+Greek, Droid Sans Fallback (PyMuPDF's built-in CJK font, subset) for the rest. Text in scripts
 neither font covers is placed but will not extract faithfully.
 
 A page without an image (the splitter could not read it, or the image is gone) becomes a page
@@ -60,10 +65,52 @@ class _Fonts:
     def __init__(self) -> None:
         self.latin = pymupdf.Font("helv")
         self.cjk = pymupdf.Font("cjk")
+        self._advance: dict[str, float] = {}
 
     def for_text(self, text: str) -> pymupdf.Font:
         latin = self.latin
         return latin if all(latin.has_glyph(ord(c)) for c in text) else self.cjk
+
+    def latin_length(self, text: str) -> float:
+        """The width of ``text`` in Helvetica at size 1 (cached per character)."""
+        advance = self._advance
+        total = 0.0
+        for c in text:
+            width = advance.get(c)
+            if width is None:
+                width = advance[c] = float(self.latin.glyph_advance(ord(c)))
+            total += width
+        return total
+
+
+def _win_ansi(text: str) -> bytes | None:
+    """``text`` as an escaped PDF string in WinAnsiEncoding, or None if it has other
+    characters (those lines go through MuPDF's text writer and an embedded font)."""
+    try:
+        raw = text.encode("cp1252")
+    except UnicodeEncodeError:
+        return None
+    out = bytearray(b"(")
+    for byte in raw:
+        if byte in b"()\\":
+            out += b"\\" + bytes((byte,))
+        elif 32 <= byte < 127:
+            out.append(byte)
+        else:
+            out += b"\\%03o" % byte
+    out += b")"
+    return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    """Where a line's glyphs go, in page space (points, y down): the baseline's start, the
+    unit vector along it, the line's length and height."""
+
+    origin: pymupdf.Point
+    along: tuple[float, float]
+    length: float
+    height: float
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
@@ -94,6 +141,31 @@ def _quad(
         return points
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     return [(min(xs), min(ys)), (max(xs), min(ys)), (max(xs), max(ys)), (min(xs), max(ys))]
+
+
+_LATIN_RESOURCE = "helv"  # PyMuPDF's name for the standard Helvetica, WinAnsiEncoding
+
+
+def _show(
+    where: _Placement, natural: float, font: pymupdf.Font, page_height: float, text: bytes
+) -> bytes:
+    """``Tf Tm Tj`` for one line: glyphs as tall as the line, stretched to its length, turned
+    along it. PDF space has y up, so the page's y and the direction's y change sign."""
+    fontsize = where.height / max(font.ascender - font.descender, 0.1)
+    ux, uy = where.along[0], -where.along[1]
+    stretch = where.length / (natural * fontsize)
+    x, y = where.origin.x, page_height - where.origin.y
+    return b"/%s %.3f Tf %.5f %.5f %.5f %.5f %.3f %.3f Tm %s Tj\n" % (
+        _LATIN_RESOURCE.encode(),
+        fontsize,
+        stretch * ux,
+        stretch * uy,
+        -uy,
+        ux,
+        x,
+        y,
+        text,
+    )
 
 
 class SearchablePdf:
@@ -139,17 +211,40 @@ class SearchablePdf:
             self._note_page(page_no, result)
             return
         if result is not None and result.lines and result.width > 0 and result.height > 0:
-            sx = page.rect.width / result.width
-            sy = page.rect.height / result.height
-            for line in result.lines:
-                self._place_line(page, line, sx, sy, result)
+            self._text_layer(page, result)
 
-    def _place_line(
-        self, page: pymupdf.Page, line: Line, sx: float, sy: float, result: PageOCR
-    ) -> None:
-        text = line.text.strip()
-        if not text:
-            return
+    def _text_layer(self, page: pymupdf.Page, result: PageOCR) -> None:
+        """Lines in WinAnsi go into one content stream of the page, in the standard Helvetica
+        (nothing embedded; a few string operations per line); any other line through
+        MuPDF's TextWriter with an embedded, subset font (slower: a resource merge per line)."""
+        sx = page.rect.width / result.width
+        sy = page.rect.height / result.height
+        latin = self._fonts.latin
+        ops: list[bytes] = []
+        for line in result.lines:
+            text = line.text.strip()
+            if not text:
+                continue
+            encoded = _win_ansi(text)
+            if encoded is None:  # keep the reading order: what came before goes first
+                if ops:
+                    self._append_stream(page, b"".join(ops))
+                    ops.clear()
+                font = self._fonts.for_text(text)
+                self._write_line(page, text, font, self._place(line, sx, sy, result, font))
+                continue
+            where = self._place(line, sx, sy, result, latin)
+            natural = self._fonts.latin_length(text)
+            if where is None or natural <= 0:
+                continue
+            ops.append(_show(where, natural, latin, page.rect.height, encoded))
+        if ops:
+            self._append_stream(page, b"".join(ops))
+
+    @staticmethod
+    def _place(
+        line: Line, sx: float, sy: float, result: PageOCR, font: pymupdf.Font
+    ) -> _Placement | None:
         points = _quad(line.polygon)
         _unskew(points, result.skew, result.width, result.height)
         ul, ur, lr, ll = (pymupdf.Point(x * sx, y * sy) for x, y in points)
@@ -157,21 +252,38 @@ class SearchablePdf:
         length = abs(along)
         height = (abs(ll - ul) + abs(lr - ur)) * 0.5
         if length < 0.5 or height < 0.5:
+            return None
+        fontsize = height / max(font.ascender - font.descender, 0.1)
+        up = (ul - ll) * (1.0 / max(abs(ul - ll), 1e-6))
+        origin = ll + up * (-font.descender * fontsize)
+        return _Placement(origin, (along.x / length, along.y / length), length, height)
+
+    @staticmethod
+    def _write_line(
+        page: pymupdf.Page, text: str, font: pymupdf.Font, where: _Placement | None
+    ) -> None:
+        if where is None:
             return
-        font = self._fonts.for_text(text)
-        ascender, descender = font.ascender, font.descender
-        fontsize = height / max(ascender - descender, 0.1)
+        fontsize = where.height / max(font.ascender - font.descender, 0.1)
         natural = font.text_length(text, fontsize=fontsize)
         if natural <= 0:
             return
-        up = (ul - ll) * (1.0 / max(abs(ul - ll), 1e-6))
-        origin = ll + up * (-descender * fontsize)
-        angle = math.degrees(math.atan2(along.y, along.x))
+        angle = math.degrees(math.atan2(where.along[1], where.along[0]))
         writer = pymupdf.TextWriter(page.rect)
-        writer.append(origin, text, font=font, fontsize=fontsize)
+        writer.append(where.origin, text, font=font, fontsize=fontsize)
         # morph works in PDF space (y up): a clockwise turn on the page is a negative angle
-        stretch = pymupdf.Matrix(length / natural, 0, 0, 1, 0, 0) * pymupdf.Matrix(-angle)
-        writer.write_text(page, render_mode=3, morph=(origin, stretch))
+        stretch = pymupdf.Matrix(where.length / natural, 0, 0, 1, 0, 0) * pymupdf.Matrix(-angle)
+        writer.write_text(page, render_mode=3, morph=(where.origin, stretch))
+
+    def _append_stream(self, page: pymupdf.Page, body: bytes) -> None:
+        """Add ``body`` (text operators in /F_LATIN) as one more content stream of ``page``."""
+        page.insert_font(fontname=_LATIN_RESOURCE, encoding=pymupdf.TEXT_ENCODING_LATIN)
+        doc = self._doc
+        xref = doc.get_new_xref()
+        doc.update_object(xref, "<<>>")
+        doc.update_stream(xref, b"q BT 3 Tr " + body + b"ET Q\n", compress=True)
+        contents = " ".join(f"{x} 0 R" for x in (*page.get_contents(), xref))
+        doc.xref_set_key(page.xref, "Contents", f"[{contents}]")
 
     def _note_page(self, page_no: int, result: PageOCR | None) -> None:
         if result is not None and result.width > 0 and result.height > 0:

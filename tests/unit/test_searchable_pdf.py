@@ -172,3 +172,25 @@ def test_images_from_pages_walks_forward_and_skips_failed_pages() -> None:
     assert get(2) is None
     assert get(3) == PageImage(b"three", 0.0)
     assert get(4) is None
+
+
+def test_pdf_string_syntax_and_mixed_scripts_keep_text_and_order() -> None:
+    """Parentheses, backslashes and Latin-1 accents go through the PDF string syntax intact;
+    a line outside WinAnsi in between keeps its place in the reading order."""
+    texts = ["Total (RM) \\ 12,50 € déjà", "Ελληνικά и русский", "a) b( c\\d ~ ÿ"]
+    lines = tuple(
+        Line(t, 0.9, ((20.0, y), (700.0, y), (700.0, y + 40), (20.0, y + 40)))
+        for t, y in zip(texts, (40.0, 100.0, 160.0), strict=True)
+    )
+    white = pymupdf.Pixmap(pymupdf.csGRAY, 800, 300, bytes([255]) * 800 * 300, False)
+    result = PageOCR(width=800, height=300, lines=lines)
+    pdf = build_searchable_pdf(1, {1: result}, lambda n: PageImage(white.tobytes("png"), 72.0))
+    with pymupdf.open(stream=pdf) as doc:
+        page = doc[0]
+        assert page.get_text().splitlines() == texts
+        blocks = page.get_text("dict", flags=pymupdf.TEXTFLAGS_TEXT)["blocks"]
+        boxes = [line["bbox"] for block in blocks for line in block["lines"]]
+        assert len(boxes) == len(texts)
+        for x0, _, x1, _ in boxes:
+            assert x0 == pytest.approx(20, abs=1.5)  # each line spans its box
+            assert x1 == pytest.approx(700, abs=1.5)
