@@ -216,6 +216,7 @@ class PageTask(_Avro):
     attempt: int = 0
     text_layer: tuple[Line, ...] | None = None
     trace_id: str | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,7 @@ def page_task(
         submitted_at=scan.submitted_at,
         text_layer=_lines(page.text_lines) if page.text_lines is not None else None,
         trace_id=scan.trace_id,
+        priority=scan.priority,
     )
 
 

@@ -16,12 +16,21 @@ while pages are fetched and decoded in a thread pool and batches run in the engi
 
 - Micro-batching across documents: prepared pages of any document join the next batch,
   dispatched when it is full (``max_batch``) or its oldest page waited ``max_wait_ms``.
+- Intake in submission order: consumed pages wait, undecoded, in one queue ordered by the
+  scan's priority (higher first), then its submission time, then page number, and are
+  decoded from its head only as far as the next batch needs (``max_batch`` pages decoding or
+  batched). A partition with its share of the queue (``max_inflight_pages`` / 2 / partitions
+  assigned, at least 2) is paused, so the queue holds the heads of every partition and the
+  worker takes the oldest work first whichever partition it is on: a document's pages are
+  spread over many partitions (key doc_id/page_no), and draining partitions at equal rates
+  would finish every document near the end of a backlog. Priority reorders only the pages a
+  worker holds, not a partition's log: it jumps the queue, not the backlog.
 - Bounded memory: at ``max_inflight_pages`` consumed-but-undelivered pages every assigned
   partition is paused (fetching stops; polling goes on) until deliveries make room. Decoded
   images are bounded too: pages are decoded only while the pixels held (decoding, batched or
-  in the engine) stay within ``max_inflight_pixels``; the others wait, undecoded, with every
-  partition paused. Without it a few small PDFs of huge vector pages (each rendered at the
-  80-megapixel page limit, 240 MB as BGR) could fill the worker's memory 64 pages at a time.
+  in the engine) stay within ``max_inflight_pixels``; the others wait undecoded. Without it a
+  few small PDFs of huge vector pages (each rendered at the 80-megapixel page limit, 240 MB as
+  BGR) could fill the worker's memory 64 pages at a time.
 - Store down: a page whose image can't be fetched waits, and its partition is paused until
   the store answers again. The store has one circuit for the whole worker: after a failed
   fetch no image is fetched until the backoff (doubling per failed probe) runs out; then one
@@ -36,12 +45,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import heapq
+import itertools
 import logging
 import os
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -86,6 +97,11 @@ class _Item:
     @property
     def tp(self) -> tuple[str, int]:
         return self.origin[0], self.origin[1]
+
+    def order(self) -> tuple[int, float, int]:
+        """Intake order: higher priority, then earlier submission, then lower page number."""
+        task = self.task
+        return -task.priority, task.submitted_at.timestamp(), task.page_no
 
     @property
     def pixels(self) -> int:
@@ -156,7 +172,11 @@ class OcrWorker:
         )
         self._preparing: list[_Item] = []
         self._retrying: list[_Item] = []
-        self._waiting: deque[_Item] = deque()  # not decoded yet: over the pixel budget
+        # Consumed, not decoded yet: a heap in _Item.order (a counter breaks ties), and how
+        # many of them each partition has.
+        self._intake: list[tuple[tuple[int, float, int], int, _Item]] = []
+        self._intake_by_tp: Counter[tuple[str, int]] = Counter()
+        self._intake_seq = itertools.count()
         self._store_failures = 0  # failed probes since the store last answered
         self._store_retry_at = 0.0  # no image is fetched before this while it fails
         self._probe: _Item | None = None  # the one fetch that tests the store
@@ -208,7 +228,7 @@ class OcrWorker:
         self._collect_prepared(now)
         self._resubmit_due(now)
         self._collect_engine()
-        self._admit_waiting()
+        self._admit()
         self._dispatch(now, force=False)
         self._resend_failed()
         self.producer.poll(0)
@@ -263,12 +283,10 @@ class OcrWorker:
         self._submit(_Item(origin, task))
 
     def _submit(self, item: _Item) -> None:
-        """Decode the page now if the pixel budget allows (or nothing is held), else queue it."""
-        held = self._held_pixels
-        if self._waiting or (held and held + item.pixels > self.settings.max_inflight_pixels):
-            self._waiting.append(item)
-            return
-        self._start(item)
+        """Queue the page for decoding, in intake order (the loop admits from the queue once
+        everything polled is in)."""
+        heapq.heappush(self._intake, (item.order(), next(self._intake_seq), item))
+        self._intake_by_tp[item.tp] += 1
 
     def _start(self, item: _Item) -> None:
         if self._store_failures and item.task.image.uri and item is not self._probe:
@@ -282,14 +300,29 @@ class OcrWorker:
         )
         self._preparing.append(item)
 
-    def _admit_waiting(self) -> None:
-        """Start decoding queued pages, in order, as far as the pixel budget allows."""
-        while self._waiting:
-            item = self._waiting[0]
+    def _admit(self) -> None:
+        """Start decoding queued pages from the head of the intake while the next batch is not
+        full yet and the pixel budget allows (a page is always admitted when none is held)."""
+        ahead = self.settings.max_batch
+        while self._intake and len(self._preparing) + len(self._batcher) < ahead:
+            item = self._intake[0][2]
             held = self._held_pixels
             if held and held + item.pixels > self.settings.max_inflight_pixels:
                 return
-            self._start(self._waiting.popleft())
+            heapq.heappop(self._intake)
+            self._intake_by_tp[item.tp] -= 1
+            self._start(item)
+
+    def _drop_intake(self, tps: set[tuple[str, int]] | None) -> None:
+        """Forget queued pages of ``tps`` (all when None): their offsets were never stored."""
+        keep = [e for e in self._intake if tps is not None and e[2].tp not in tps]
+        heapq.heapify(keep)
+        self._intake = keep
+        self._intake_by_tp = Counter(e[2].tp for e in keep)
+
+    def _intake_share(self) -> int:
+        """Queued pages a partition may have before it is paused."""
+        return max(2, self.settings.max_inflight_pages // (2 * max(1, len(self._assigned))))
 
     def _release(self, item: _Item) -> None:
         self._held_pixels = max(0, self._held_pixels - item.pixels)
@@ -358,7 +391,7 @@ class OcrWorker:
         if self._store_failures:  # one probe at a time, when the backoff has run out
             probe = self._probe
             if probe is not None and not any(
-                i is probe for i in (*self._preparing, *self._waiting)
+                i is probe for i in (*self._preparing, *(e[2] for e in self._intake))
             ):
                 self._probe = None  # dropped with a revoked or lost partition
             if self._probe is None and now >= self._store_retry_at:
@@ -370,10 +403,12 @@ class OcrWorker:
             self._submit(item)
 
     def _apply_backpressure(self) -> None:
-        full = self._tracker.inflight() >= self.settings.max_inflight_pages or bool(self._waiting)
+        full = self._tracker.inflight() >= self.settings.max_inflight_pages
         blocked = {item.tp for item in self._retrying}
         blocked |= {item.tp for item in self._preparing if item.attempts}
-        want = set(self._assigned) if full else blocked & self._assigned
+        share = self._intake_share()
+        queued = {tp for tp, n in self._intake_by_tp.items() if n >= share}
+        want = set(self._assigned) if full else (blocked | queued) & self._assigned
         pause, resume = want - self._paused, self._paused - want
         if pause:
             self.consumer.pause([TopicPartition(t, p) for t, p in pause])
@@ -383,6 +418,9 @@ class OcrWorker:
         self.metrics.paused_partitions.labels(STAGE, "inflight_limit").set(len(want) if full else 0)
         self.metrics.paused_partitions.labels(STAGE, "store_unavailable").set(
             len(blocked & self._assigned)
+        )
+        self.metrics.paused_partitions.labels(STAGE, "intake_share").set(
+            0 if full else len((queued - blocked) & self._assigned)
         )
 
     # --- engine ---------------------------------------------------------------------------
@@ -494,9 +532,7 @@ class OcrWorker:
                 i for i in self._retrying if revoked is not None and i.tp not in revoked
             ]
 
-        self._waiting = deque(
-            i for i in self._waiting if revoked is not None and i.tp not in revoked
-        )
+        self._drop_intake(revoked)
 
         drop_blocked()
         while time.monotonic() < deadline and (
@@ -546,7 +582,7 @@ class OcrWorker:
             "lost %s: their in-flight pages will be redone elsewhere", sorted(p for _, p in tps)
         )
         self._retrying = [i for i in self._retrying if i.tp not in tps]
-        self._waiting = deque(i for i in self._waiting if i.tp not in tps)
+        self._drop_intake(tps)
         self._forget(tps)
 
     def _forget(self, tps: set[tuple[str, int]]) -> None:

@@ -3,6 +3,7 @@ controls, and a fake engine that reads back each page's size."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -495,3 +496,50 @@ def test_the_loop_waits_instead_of_spinning_while_the_engine_is_busy() -> None:
     assert consumer.busy_timeouts
     assert not spins, f"{len(spins)} zero-timeout polls"
     assert len(consumer.busy_timeouts) < 0.9 / 0.004
+
+
+@pytest.mark.parametrize("late_priority", [0, 5])
+def test_intake_takes_the_earliest_submission_first_whatever_its_partition(
+    late_priority: int,
+) -> None:
+    """Partition 0 holds a document submitted later, partition 1 one submitted earlier, and
+    the consumer hands out partition 0 first. The earlier document is recognised first —
+    unless the later one has a higher priority."""
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    for page in range(1, 7):
+        late = task("late", page, width=20 + page, count=6)
+        late = dataclasses.replace(late, submitted_at=t0 + timedelta(seconds=60),
+                                   priority=late_priority)  # fmt: skip
+        consumer.push(0, b"late", CODEC.encode(late))
+    for page in range(1, 7):
+        early = dataclasses.replace(task("early", page, width=10 + page, count=6), submitted_at=t0)
+        consumer.push(1, b"early", CODEC.encode(early))
+    engine = SizeEngine()
+    worker = make_worker(consumer, producer, engine, max_batch=2, max_wait_ms=10_000)
+    run_until(worker, lambda: len(results(producer)) == 12)
+
+    order = [r.doc_id for r in results(producer)]
+    first, second = ("late", "early") if late_priority else ("early", "late")
+    assert order == [first] * 6 + [second] * 6
+    # and within a document, page by page (a batch's two pages are decoded concurrently)
+    assert [sorted(w for w, _ in batch) for batch in engine.batches[:3]] == (
+        [[21, 22], [23, 24], [25, 26]] if late_priority else [[11, 12], [13, 14], [15, 16]]
+    )
+
+
+def test_the_splitter_carries_the_scans_priority_and_submission_time_to_each_page() -> None:
+    from datetime import UTC, datetime
+
+    from ocrstream.processors.split_types import SplitPage
+    from ocrstream.schemas.records import ScanSource, ScanSubmitted
+    from ocrstream.streams.splitter import page_task
+
+    when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    scan = ScanSubmitted("d", ScanSource(data=b"x"), "image/png", "0" * 64, 1, when, priority=7)
+    page = SplitPage(2, 3, "png", png(10), 10, 8, 300.0)
+    got = CODEC.decode_as(CODEC.encode(page_task(scan, page, PageImage("png", data=page.data),
+                                                 None, "image/png")), PageTask)  # fmt: skip
+    assert (got.priority, got.submitted_at, got.page_no) == (7, when, 2)
