@@ -19,18 +19,22 @@ while pages are fetched and decoded in a thread pool and batches run in the engi
 - Intake in submission order: consumed pages wait, undecoded, in one queue ordered by the
   scan's priority (higher first), then its submission time, then page number, and are
   decoded from its head only as far as the next batch needs (``max_batch`` pages decoding or
-  batched). A partition with its share of the queue (``max_inflight_pages`` / 2 / partitions
-  assigned, at least 2) is paused, so the queue holds the heads of every partition and the
-  worker takes the oldest work first whichever partition it is on: a document's pages are
-  spread over many partitions (key doc_id/page_no), and draining partitions at equal rates
-  would finish every document near the end of a backlog. Priority reorders only the pages a
-  worker holds, not a partition's log: it jumps the queue, not the backlog.
-- Bounded memory: at ``max_inflight_pages`` consumed-but-undelivered pages every assigned
-  partition is paused (fetching stops; polling goes on) until deliveries make room. Decoded
-  images are bounded too: pages are decoded only while the pixels held (decoding, batched or
-  in the engine) stay within ``max_inflight_pixels``; the others wait undecoded. Without it a
-  few small PDFs of huge vector pages (each rendered at the 80-megapixel page limit, 240 MB as
-  BGR) could fill the worker's memory 64 pages at a time.
+  batched). A partition holding its share of the queue (what ``max_inflight_pages`` leaves
+  beside two batches, split over the partitions assigned; at least one page) is paused, so
+  the queue holds the heads of every partition and the worker takes the oldest work first
+  whichever partition it is on: a document's pages are spread over many partitions (key
+  doc_id/page_no), and draining partitions at equal rates finished the median document of a
+  bulk backlog at 88% of the run. Priority reorders only the pages a worker holds, not a
+  partition's log: it jumps the queue, not the backlog.
+- Bounded memory: at ``max_inflight_pages`` consumed-but-undelivered pages no queued page is
+  started and every partition that has a page queued is paused (fetching stops; polling goes
+  on) until deliveries make room; a partition with none may still fetch one, so that its
+  oldest page is not starved by partitions that happen to be fetched first: the bound is
+  ``max_inflight_pages`` plus one page per assigned partition. Decoded images are bounded
+  too: pages are decoded only while the pixels held (decoding, batched or in the engine) stay
+  within ``max_inflight_pixels``; the others wait undecoded. Without it a few small PDFs of
+  huge vector pages (each rendered at the 80-megapixel page limit, 240 MB as BGR) could fill
+  the worker's memory 64 pages at a time.
 - Store down: a page whose image can't be fetched waits, and its partition is paused until
   the store answers again. The store has one circuit for the whole worker: after a failed
   fetch no image is fetched until the backoff (doubling per failed probe) runs out; then one
@@ -303,8 +307,10 @@ class OcrWorker:
     def _admit(self) -> None:
         """Start decoding queued pages from the head of the intake while the next batch is not
         full yet and the pixel budget allows (a page is always admitted when none is held)."""
-        ahead = self.settings.max_batch
+        ahead, limit = self.settings.max_batch, self.settings.max_inflight_pages
         while self._intake and len(self._preparing) + len(self._batcher) < ahead:
+            if self._tracker.inflight() - len(self._intake) >= limit:
+                return  # started, not delivered: as many as the limit allows
             item = self._intake[0][2]
             held = self._held_pixels
             if held and held + item.pixels > self.settings.max_inflight_pixels:
@@ -321,8 +327,10 @@ class OcrWorker:
         self._intake_by_tp = Counter(e[2].tp for e in keep)
 
     def _intake_share(self) -> int:
-        """Queued pages a partition may have before it is paused."""
-        return max(2, self.settings.max_inflight_pages // (2 * max(1, len(self._assigned))))
+        """Queued pages a partition may have before it is paused: what the in-flight limit
+        leaves beside a batch decoding and one in the engine, split over the partitions."""
+        room = self.settings.max_inflight_pages - 2 * self.settings.max_batch
+        return max(1, room // max(1, len(self._assigned)))
 
     def _release(self, item: _Item) -> None:
         self._held_pixels = max(0, self._held_pixels - item.pixels)
@@ -406,22 +414,22 @@ class OcrWorker:
         full = self._tracker.inflight() >= self.settings.max_inflight_pages
         blocked = {item.tp for item in self._retrying}
         blocked |= {item.tp for item in self._preparing if item.attempts}
-        share = self._intake_share()
+        # At the limit, a partition with nothing queued may still fetch one page.
+        share = 1 if full else self._intake_share()
         queued = {tp for tp, n in self._intake_by_tp.items() if n >= share}
-        want = set(self._assigned) if full else (blocked | queued) & self._assigned
+        want = (blocked | queued) & self._assigned
         pause, resume = want - self._paused, self._paused - want
         if pause:
             self.consumer.pause([TopicPartition(t, p) for t, p in pause])
         if resume:
             self.consumer.resume([TopicPartition(t, p) for t, p in resume])
         self._paused = want
-        self.metrics.paused_partitions.labels(STAGE, "inflight_limit").set(len(want) if full else 0)
+        held = len((queued - blocked) & self._assigned)
+        self.metrics.paused_partitions.labels(STAGE, "inflight_limit").set(held if full else 0)
         self.metrics.paused_partitions.labels(STAGE, "store_unavailable").set(
             len(blocked & self._assigned)
         )
-        self.metrics.paused_partitions.labels(STAGE, "intake_share").set(
-            0 if full else len((queued - blocked) & self._assigned)
-        )
+        self.metrics.paused_partitions.labels(STAGE, "intake_share").set(0 if full else held)
 
     # --- engine ---------------------------------------------------------------------------
 

@@ -43,12 +43,12 @@ class HeldPixels(SizeEngine):
 
 
 def test_worker_decodes_only_within_its_pixel_budget() -> None:
-    """Forty pages of 100x8 pixels with room for 300 pixels: at most three are decoded at a
+    """Sixty pages of 100x8 pixels with room for 300 pixels: at most three are decoded at a
     time, the rest wait undecoded, each partition paused once it has its share of the queue
-    (64 in flight / 2 / 2 partitions = 16), and all are recognised."""
+    ((64 in flight - 2 batches of 8) / 2 partitions = 24), and all are recognised."""
     consumer, producer = FakeConsumer(partitions=2), FakeProducer()
-    for page in range(1, 41):
-        consumer.push(page % 2, b"d", CODEC.encode(task("d", page, width=100, count=40)))
+    for page in range(1, 61):
+        consumer.push(page % 2, b"d", CODEC.encode(task("d", page, width=100, count=60)))
     engine = HeldPixels()
     worker = make_worker(consumer, producer, engine=engine, max_batch=8, max_wait_ms=0,
                          max_inflight_pixels=300 * 8)  # fmt: skip
@@ -61,13 +61,13 @@ def test_worker_decodes_only_within_its_pixel_budget() -> None:
         assert worker._held_pixels <= 300 * 8
         waited = waited or bool(worker._intake)
         paused = paused or consumer.paused == {0, 1}
-        return len(results(producer)) == 40
+        return len(results(producer)) == 60
 
     assert step_until(worker, done)
     assert waited
     assert paused
     assert max(engine.held) <= 300 * 8
-    assert sorted(r.page_no for r in results(producer)) == list(range(1, 41))
+    assert sorted(r.page_no for r in results(producer)) == list(range(1, 61))
     assert worker._held_pixels == 0
     worker.shutdown()
 
