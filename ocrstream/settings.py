@@ -240,7 +240,11 @@ class WorkerSettings(BaseSettings):
     group: str = "ocrstream-ocr-worker"
     max_batch: int = 16
     max_wait_ms: int = 50
-    max_inflight_pages: int = 64
+    # Pages consumed and not yet delivered: up to two batches started, the rest queued
+    # undecoded (PageTasks, inline images up to the splitter's claim-check size, 512 KiB) so
+    # that the intake can take the oldest page of every partition: 256 is a window of 28
+    # pages on each of 8 partitions; 64 left 4, and documents finished out of order.
+    max_inflight_pages: int = 256
     # Decoded pages held at once (fetched, decoding, waiting for or in the engine), in pixels:
     # 3 bytes each as BGR. Pages are counted by the size their task declares; one page is
     # always let through, whatever its size (up to LimitsSettings.max_page_pixels).
