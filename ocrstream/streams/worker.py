@@ -19,17 +19,17 @@ while pages are fetched and decoded in a thread pool and batches run in the engi
 - Intake in submission order: consumed pages wait, undecoded, in one queue ordered by the
   scan's priority (higher first), then its submission time, then page number, and are
   decoded from its head only as far as the next batch needs (``max_batch`` pages decoding or
-  batched), and no faster than the decode threads take them, so every pick sees the
-  partitions the previous picks emptied refilled. A partition holding its share of the
-  queue (what ``max_inflight_pages`` leaves beside two batches, split over the partitions
-  assigned; at least one page) is paused, so the queue holds the heads of every partition and
-  the worker takes the oldest work first whichever partition it is on: a document's pages are
-  spread over many partitions (key doc_id/page_no), and draining partitions at equal rates
-  finished the median document of a bulk backlog at 88% of the run (58% now, documents
-  completing in submission order; docs/benchmarks.md). The share must be deep: with 4 pages
-  per partition the constant pause/resume left some partitions unfetched for a minute.
-  Priority reorders only the pages a worker holds, not a
-  partition's log: it jumps the queue, not the backlog.
+  batched), and about as fast as the decode threads take them (one waiting per thread), so
+  every pick sees the partitions the previous picks emptied refilled. A partition holding its
+  share of the queue (what ``max_inflight_pages`` leaves beside two batches, split over the
+  partitions assigned; at least one page) is paused, so the queue holds the heads of every
+  partition and the worker takes the oldest work first whichever partition it is on: a
+  document's pages are spread over many partitions (key doc_id/page_no), and draining
+  partitions at equal rates finished the median document of a bulk backlog at 88% of the run
+  (55% now, documents completing in submission order; docs/benchmarks.md). The share must be
+  deep: with 4 pages per partition the constant pause/resume left some partitions unfetched
+  for a minute. Priority reorders only the pages a worker holds, not a partition's log: it
+  jumps the queue, not the backlog.
 - Bounded memory: at ``max_inflight_pages`` consumed-but-undelivered pages no queued page is
   started and every partition that has a page queued is paused (fetching stops; polling goes
   on) until deliveries make room; a partition with none may still fetch one, so that its
@@ -312,12 +312,14 @@ class OcrWorker:
         """Start decoding queued pages from the head of the intake while the next batch is not
         full yet and the pixel budget allows (a page is always admitted when none is held)."""
         ahead, limit = self.settings.max_batch, self.settings.max_inflight_pages
-        # No more than the decode threads at a time: each pick then sees the partitions the
-        # last picks emptied refilled (a page queued in the pool is a pick made too early).
-        threads = self.settings.decode_threads
+        # About as fast as the decode threads take them: each pick then sees the partitions
+        # the last picks emptied refilled. One page waits in the pool per thread, so a thread
+        # that finishes starts the next page at once instead of at the loop's next turn (a
+        # GPU engine can outrun the decoding).
+        picks = 2 * self.settings.decode_threads
         while (
             self._intake
-            and len(self._preparing) < threads
+            and len(self._preparing) < picks
             and len(self._preparing) + len(self._batcher) < ahead
         ):
             if self._tracker.inflight() - len(self._intake) >= limit:

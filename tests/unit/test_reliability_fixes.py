@@ -196,7 +196,8 @@ def test_worker_probes_a_down_store_with_one_page() -> None:
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
     step_until(worker, lambda: False, timeout=1.0)
     assert consumer.paused == {0, 1}
-    # the first wave (as many as the decode threads), then ~7 probes; not ten pages retrying
+    # the first wave (the pages picked for the two decode threads), then ~7 probes; not ten
+    # pages retrying
     assert 2 <= len(calls) <= 2 + 12, len(calls)
     down[0] = False
     assert step_until(worker, lambda: len(results(producer)) == 10)
