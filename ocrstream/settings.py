@@ -269,6 +269,11 @@ class SplitterSettings(BaseSettings):
     dpi: int = 200
     claim_check_bytes: int = 512 * 1024
     text_layer: bool = False  # answer from usable text layers even when the scan does not ask
+    # Buckets a ScanSubmitted may name as its source besides the store's own (OCRSTREAM_S3_
+    # BUCKET), as JSON: '["scans-in"]'; '["*"]' allows any bucket the credentials can read.
+    # Any other is refused (reason source_not_allowed): a producer must not make the splitter
+    # read out objects it was never meant to see.
+    source_buckets: tuple[str, ...] = ()
     changelog_replication: int = 1
     store_backoff_s: float = 0.5
     store_backoff_max_s: float = 10.0

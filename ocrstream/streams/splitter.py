@@ -90,6 +90,12 @@ class DocumentFailed(Exception):
         self.page_count = page_count
 
 
+def source_bucket_allowed(bucket: str, own: str, allowed: tuple[str, ...]) -> bool:
+    """May a scan's source be read from ``bucket``? The store's own bucket always; others only
+    when listed (``*``: any)."""
+    return bucket == own or "*" in allowed or bucket in allowed
+
+
 def wants_text_layer(scan: ScanSubmitted, default: bool) -> bool:
     value = scan.attributes.get(TEXT_LAYER_ATTRIBUTE, "")
     return default or value.lower() in ("1", "true", "yes", "on")
@@ -272,6 +278,12 @@ class Splitter:
                 bucket, key = parse_s3_uri(scan.source.uri)
             except Exception as e:
                 raise DocumentFailed("invalid_source_uri", str(e)) from e
+            if not source_bucket_allowed(bucket, self.store.bucket, self.settings.source_buckets):
+                raise DocumentFailed(
+                    "source_not_allowed",
+                    f"bucket {bucket!r} is neither the store's bucket nor in "
+                    "OCRSTREAM_SPLITTER_SOURCE_BUCKETS",
+                )
             path = tmp / "source"
             download = await self._store(
                 self.store.get_to_file,

@@ -403,3 +403,18 @@ def test_every_limit_is_documented() -> None:
     assert not missing, f"docs/security.md does not mention {missing}"
     for term in ("doc_id", "pickle", "SASL_SSL", "OCRSTREAM_S3_CA_BUNDLE", "max.message.bytes"):
         assert term in text
+
+
+def test_scan_sources_come_only_from_allowed_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ocrstream.settings import SplitterSettings
+    from ocrstream.streams.splitter import source_bucket_allowed
+
+    assert SplitterSettings().source_buckets == ()
+    assert source_bucket_allowed("ocrstream", "ocrstream", ())
+    assert not source_bucket_allowed("payroll", "ocrstream", ())
+    monkeypatch.setenv("OCRSTREAM_SPLITTER_SOURCE_BUCKETS", '["scans-in"]')
+    allowed = SplitterSettings().source_buckets
+    assert allowed == ("scans-in",)
+    assert source_bucket_allowed("scans-in", "ocrstream", allowed)
+    assert not source_bucket_allowed("payroll", "ocrstream", allowed)
+    assert source_bucket_allowed("payroll", "ocrstream", ("*",))
