@@ -105,12 +105,13 @@ def _win_ansi(text: str) -> bytes | None:
 @dataclass(frozen=True, slots=True)
 class _Placement:
     """Where a line's glyphs go, in page space (points, y down): the baseline's start, the
-    unit vector along it, the line's length and height."""
+    unit vector along it, the line's length, and the font size that makes the font's glyph
+    box (ascender to descender) as tall as the line."""
 
     origin: pymupdf.Point
     along: tuple[float, float]
     length: float
-    height: float
+    fontsize: float
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
@@ -146,12 +147,10 @@ def _quad(
 _LATIN_RESOURCE = "helv"  # PyMuPDF's name for the standard Helvetica, WinAnsiEncoding
 
 
-def _show(
-    where: _Placement, natural: float, font: pymupdf.Font, page_height: float, text: bytes
-) -> bytes:
+def _show(where: _Placement, natural: float, page_height: float, text: bytes) -> bytes:
     """``Tf Tm Tj`` for one line: glyphs as tall as the line, stretched to its length, turned
     along it. PDF space has y up, so the page's y and the direction's y change sign."""
-    fontsize = where.height / max(font.ascender - font.descender, 0.1)
+    fontsize = where.fontsize
     ux, uy = where.along[0], -where.along[1]
     stretch = where.length / (natural * fontsize)
     x, y = where.origin.x, page_height - where.origin.y
@@ -237,7 +236,7 @@ class SearchablePdf:
             natural = self._fonts.latin_length(text)
             if where is None or natural <= 0:
                 continue
-            ops.append(_show(where, natural, latin, page.rect.height, encoded))
+            ops.append(_show(where, natural, page.rect.height, encoded))
         if ops:
             self._append_stream(page, b"".join(ops))
 
@@ -256,7 +255,7 @@ class SearchablePdf:
         fontsize = height / max(font.ascender - font.descender, 0.1)
         up = (ul - ll) * (1.0 / max(abs(ul - ll), 1e-6))
         origin = ll + up * (-font.descender * fontsize)
-        return _Placement(origin, (along.x / length, along.y / length), length, height)
+        return _Placement(origin, (along.x / length, along.y / length), length, fontsize)
 
     @staticmethod
     def _write_line(
@@ -264,7 +263,7 @@ class SearchablePdf:
     ) -> None:
         if where is None:
             return
-        fontsize = where.height / max(font.ascender - font.descender, 0.1)
+        fontsize = where.fontsize
         natural = font.text_length(text, fontsize=fontsize)
         if natural <= 0:
             return
