@@ -1,6 +1,6 @@
 # The ocrstream agents: `docker run ocrstream:0.1.0 splitter|ocr-worker|assembler|lag-exporter`.
-# CPU inference (onnxruntime); for GPUs build FROM an NVIDIA CUDA runtime image and install
-# the `gpu` extra instead.
+# `make image` builds it (docker build -t ocrstream:0.1.0 .). CPU inference (onnxruntime, the
+# core dependencies only); the OCR worker on NVIDIA GPUs has its own image: Dockerfile.gpu.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -6,7 +6,10 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv run test lint typecheck unit integration clean
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= ocrstream
+
+.PHONY: venv run test lint typecheck unit integration clean image image-gpu
 
 $(BIN)/ocrstream: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,3 +38,10 @@ unit: venv
 clean:
 	-$(BIN)/ocrstream infra down
 	rm -rf .infra
+
+# The container images (docs/deploy.md): the agents on CPU, and the OCR worker on NVIDIA GPUs.
+image:
+	docker build -t $(IMAGE):$(VERSION) .
+
+image-gpu:
+	docker build -f Dockerfile.gpu -t $(IMAGE):$(VERSION)-gpu .

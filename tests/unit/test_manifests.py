@@ -16,8 +16,10 @@ import copy
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -588,6 +590,156 @@ def test_unknown_kind_is_rejected() -> None:
     docs = rendered("cpu")
     docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}})
     assert any("no vendored schema" in e for e in schema_errors(docs))
+
+
+# The images the overlays run are the ones `make image` / `make image-gpu` and docs/deploy.md
+# build: same repository and tag (the overlays add only a registry).
+
+ROOT = K8S.parents[1]
+IMAGE_TARGETS = {"Dockerfile": "image", "Dockerfile.gpu": "image-gpu"}
+
+
+def _docker_build(command: str) -> tuple[str, str]:
+    """(Dockerfile, tag) of a ``docker build`` command line."""
+    args = shlex.split(command)
+    assert args[:2] == ["docker", "build"], command
+    dockerfile = args[args.index("-f") + 1] if "-f" in args else "Dockerfile"
+    return dockerfile, args[args.index("-t") + 1]
+
+
+def make_builds() -> dict[str, str]:
+    """Dockerfile -> the tag its make target builds (``make -n``: printed, not run)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("IMAGE", "VERSION", "MAKEFLAGS")}
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", *IMAGE_TARGETS.values()],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    builds = dict(_docker_build(line) for line in out.splitlines() if "docker build" in line)
+    assert set(builds) == set(IMAGE_TARGETS), out
+    return builds
+
+
+def docs_builds() -> set[tuple[str, str]]:
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    return {_docker_build(m) for m in re.findall(r"docker build[^\n`]*", text)}
+
+
+def _repository_and_tag(image: str) -> str:
+    return image.rsplit("/", 1)[-1]
+
+
+def _images(docs: list[Doc]) -> dict[str, str]:
+    return {
+        name: _pod_containers(d)[0]["image"] for name, d in _by_kind(docs, "Deployment").items()
+    }
+
+
+def test_make_and_the_docs_build_the_same_images() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    builds = make_builds()
+    assert builds == {
+        "Dockerfile": f"ocrstream:{version}",
+        "Dockerfile.gpu": f"ocrstream:{version}-gpu",
+    }
+    assert set(builds.items()) <= docs_builds()
+    for dockerfile, tag in builds.items():
+        named = re.findall(r"docker build[^\n`()]*", (ROOT / dockerfile).read_text())
+        assert named, f"{dockerfile} does not say how it is built"
+        assert {_docker_build(c) for c in named} == {(dockerfile, tag)}
+
+
+def test_the_gpu_overlay_runs_the_gpu_image_for_the_workers_only() -> None:
+    builds = make_builds()
+    images = _images(rendered("gpu"))
+    assert _repository_and_tag(images.pop("ocr-worker")) == builds["Dockerfile.gpu"]
+    assert images
+    assert {_repository_and_tag(i) for i in images.values()} == {builds["Dockerfile"]}
+
+
+def test_the_cpu_overlay_runs_the_cpu_image() -> None:
+    images = _images(rendered("cpu")).values()
+    assert {_repository_and_tag(i) for i in images} == {make_builds()["Dockerfile"]}
+
+
+def test_the_local_overlay_runs_the_image_the_docs_load_into_the_cluster() -> None:
+    images = set(_images(rendered("local")).values())
+    assert len(images) == 1
+    assert ("Dockerfile", images.pop()) in docs_builds()
+
+
+def test_compose_runs_the_cpu_image() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    built = {s["image"] for s in compose["services"].values() if s.get("build")}
+    assert built == {make_builds()["Dockerfile"]}
+
+
+# Each overlay's image installs the extras its workers' engine settings need.
+
+OVERLAY_DOCKERFILES = {"cpu": "Dockerfile", "gpu": "Dockerfile.gpu", "local": "Dockerfile"}
+
+
+def dockerfile_extras(dockerfile: str) -> set[str]:
+    """The extras the Dockerfile's ``pip install`` of the project names."""
+    text = (ROOT / dockerfile).read_text().replace("\\\n", " ")
+    project, extras = False, set()
+    for args in re.findall(r"^RUN .*?pip install ([^&\n]*)", text, re.MULTILINE):
+        for arg in shlex.split(args):
+            match = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", arg)
+            if match:
+                project = True
+                extras |= set((match.group(1) or "").split(",")) - {""}
+    assert project, f"{dockerfile} does not install the project"
+    return extras
+
+
+def _engine_needs(env: dict[str, str | None]) -> tuple[str, str | None]:
+    """(backend module key, its extra or None) for a worker's OCRSTREAM_OCR_* settings."""
+    from ocrstream.processors.ocr import backends
+    from ocrstream.settings import OcrSettings
+
+    settings = OcrSettings(
+        backend=env["OCRSTREAM_OCR_BACKEND"],
+        device=env["OCRSTREAM_OCR_DEVICE"],
+        threads=int(env["OCRSTREAM_OCR_THREADS"] or 1),
+    )
+    key = backends.resolve(settings)
+    return key, backends._EXTRAS.get(key)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_image_installs_what_the_workers_engine_needs(overlay: str) -> None:
+    from tests.unit.test_packaging import extras, providers
+
+    dockerfile = OVERLAY_DOCKERFILES[overlay]
+    installed = dockerfile_extras(dockerfile)
+    assert installed <= set(extras()), f"{dockerfile} names an extra pyproject.toml lacks"
+    _, env = _worker(rendered(overlay))
+    key, extra = _engine_needs(env)
+    assert extra is None or extra in installed, f"backend {key} needs ocrstream[{extra}]"
+    if str(env["OCRSTREAM_OCR_DEVICE"]).startswith("cuda"):
+        dists = set().union(*(extras()[e] for e in installed))
+        assert providers("pynvml") & dists, "no NVML for the GPU gauges"
+
+
+def test_the_gpu_image_is_a_pinned_cuda_runtime_with_the_pods_user() -> None:
+    text = (ROOT / "Dockerfile.gpu").read_text()
+    bases = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    assert len(bases) == 1
+    assert re.fullmatch(r"nvidia/cuda:\d+\.\d+\.\d+-(cudnn-)?runtime-ubuntu\d+\.\d+", bases[0])
+    worker, _ = _worker(rendered("gpu"))
+    uid = worker["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    for dockerfile in ("Dockerfile", "Dockerfile.gpu"):
+        assert f"--uid {uid} " in (ROOT / dockerfile).read_text()
+
+
+def test_the_cpu_image_installs_no_extra() -> None:
+    assert dockerfile_extras("Dockerfile") == set()
 
 
 # Cross-checks with the real tools, where they are installed (scripts/validate_manifests.sh).

@@ -20,10 +20,11 @@ profile shapes, precision, this module's format version) — :func:`cache_key`. 
 process deserializes its own engine and execution context: engines are never shared across
 processes.
 
-Run. Buffers are torch CUDA tensors (no pycuda / cuda-python needed); ``execute_async_v3`` on a
-stream of the session's own; the caller's stream waits on it. :meth:`TensorRTSession.run` is
-the numpy :class:`InferSession` path, :meth:`TensorRTSession.run_torch` the device path (see
-the torch backend). Batches larger than the profile's N are split.
+Run. Buffers are torch CUDA tensors (no pycuda / cuda-python: the ``tensorrt`` extra installs
+torch for them); ``execute_async_v3`` on a stream of the session's own; the caller's stream
+waits on it. :meth:`TensorRTSession.run` is the numpy :class:`InferSession` path,
+:meth:`TensorRTSession.run_torch` the device path (see the torch backend). Batches larger than
+the profile's N are split.
 
 Status: the pure parts (profiles, cache keys, the fp16 graph rewrite) are tested on CPU; the
 build and run need TensorRT and an NVIDIA GPU and were not run in the session that wrote this
@@ -267,6 +268,18 @@ def _import_trt() -> Any:
     return trt
 
 
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as e:
+        raise FatalError(
+            "the tensorrt backend keeps its CUDA buffers in PyTorch: "
+            "pip install 'ocrstream[tensorrt]'",
+            code="backend_unavailable",
+        ) from e
+    return torch
+
+
 def _strongly_typed_only(trt: Any) -> bool:
     return not hasattr(trt.BuilderFlag, "FP16")
 
@@ -318,7 +331,7 @@ class TensorRTSession:
     backend = "tensorrt"
 
     def __init__(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> None:
-        from ocrstream.processors.ocr.backends.torch_backend import _import_torch, resolve_device
+        from ocrstream.processors.ocr.backends.torch_backend import resolve_device
 
         trt = _import_trt()
         torch = _import_torch()
