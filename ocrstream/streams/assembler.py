@@ -15,7 +15,10 @@ changelogs are written to that partition too.
 
 When every page is in, or no page arrived for ``deadline_s`` (then ``partial`` with the
 missing pages listed), the document is finished: document.json, .txt and .pdf are written to
-the store, then exactly one DocumentEvent is published, then the table records it. Deadlines
+the store, then exactly one DocumentEvent is published, then the table records it. The join
+itself (de-duplication, the bitmap, limits, deadlines, when to finish) is the pure state
+machine :mod:`ocrstream.processors.assembly`: the handlers here decode records into its
+inputs, store the state it returns and carry out its effects in order. Deadlines
 are found by a timer that scans the local table; as faust tables can only be changed while
 processing a record of their partition, the timer sends a marker to the internal
 ``…-deadlines`` topic (same partitioning) and the finishing happens there.
@@ -37,6 +40,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +51,25 @@ from aiokafka.partitioner import DefaultPartitioner
 from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.logs import log_context
 from ocrstream.processors.assemble import AssembledDocument
+from ocrstream.processors.assembly import (
+    DeadlinePassed,
+    DocumentState,
+    DropPages,
+    Effect,
+    Input,
+    KeepPage,
+    Outcome,
+    PageArrived,
+    PublishProgress,
+    PublishTerminal,
+    Rules,
+    ScanRegistered,
+    TerminalPublished,
+    Transition,
+    WriteOutputs,
+    due,
+    step,
+)
 from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import (
     DocumentEvent,
@@ -69,7 +93,6 @@ log = logging.getLogger(__name__)
 STAGE = "assembler"
 DEADLINE = b"deadline"
 EXPIRE = b"expire"
-SCAN_ONLY_TTL_S = 7 * 24 * 3600.0  # scans whose pages never came (split failed): forget them
 T = TypeVar("T")
 
 
@@ -77,20 +100,15 @@ def _ms(seconds: float) -> int:
     return int(seconds * 1000)
 
 
-# --- the bitmap of pages that are in ---------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """A document assembled and its outputs written, to publish."""
 
-
-def bit_test(bitmap: str, page_no: int) -> bool:
-    i = page_no - 1
-    return len(bitmap) > i // 4 and bool(int(bitmap[i // 4], 16) & (1 << (i % 4)))
-
-
-def bit_set(bitmap: str, page_no: int) -> str:
-    i = page_no - 1
-    if len(bitmap) <= i // 4:
-        bitmap += "0" * (i // 4 + 1 - len(bitmap))
-    nibble = int(bitmap[i // 4], 16) | (1 << (i % 4))
-    return f"{bitmap[: i // 4]}{nibble:x}{bitmap[i // 4 + 1 :]}"
+    document: AssembledDocument
+    outputs: dict[str, str]  # name → object URI
+    submitted_at: datetime
+    completed_at: datetime
+    started: float  # perf_counter when finishing began
 
 
 class Assembler:
@@ -124,6 +142,8 @@ class Assembler:
         self.pages = app.Table("assembler-pages", default=None, partitions=partitions)
         self._finishing: set[str] = set()
         self._marked: dict[str, float] = {}
+        self.rules = Rules(max_pages=limits.max_pages, deadline_s=settings.deadline_s,
+                           retry_after_s=2 * settings.scan_interval_s)  # fmt: skip
         self._partitioner = DefaultPartitioner()
         self.dpi = dpi
         self._pool = ThreadPoolExecutor(4, "assemble-io")
@@ -153,64 +173,20 @@ class Assembler:
                     await self._dead_letter(msg, e)
 
     async def _page(self, result: PageResult, raw: bytes) -> None:
-        doc_id, page_no = result.doc_id, result.page_no
         # Checked before anything is stored: a doc_id that can't name the outputs would leave a
         # complete document that can never be finished, retried by the deadline timer forever.
-        validate_doc_id(doc_id)
-        doc = self.docs.get(doc_id) or {}
-        if doc.get("terminal"):
-            self.metrics.pages.labels(STAGE, "after_terminal").inc()
-            return
-        page_count = int(doc.get("page_count") or result.page_count)
-        if not 1 <= result.page_count <= self.limits.max_pages:
-            # Finishing walks every page number and lists the missing ones: a raw record
-            # claiming a billion pages must not get that far.
-            raise PoisonError(
-                f"a document of {result.page_count} pages (limit {self.limits.max_pages})",
-                code="invalid_page_count",
-            )
-        if not 1 <= page_no <= page_count:
-            raise PoisonError(
-                f"page {page_no} of a {page_count}-page document", code="invalid_page_no"
-            )
-        key = f"{doc_id}/{page_no}"
-        failed = set(doc.get("failed", ()))
-        bitmap = doc.get("bitmap", "")
-        is_failed = result.status is PageStatus.FAILED
-        if bit_test(bitmap, page_no):
-            if page_no in failed and not is_failed:  # a retry succeeded: keep the better one
-                failed.discard(page_no)
-                self.pages[key] = _b64(raw)
-            else:
-                self.metrics.pages.labels(STAGE, "duplicate").inc()
-                if int(doc.get("done", 0)) >= page_count:
-                    # A replay after a crash between "all pages in" and the terminal event.
-                    await self._finish(doc_id)
-                return
-        else:
-            bitmap = bit_set(bitmap, page_no)
-            if is_failed:
-                failed.add(page_no)
-            self.pages[key] = _b64(raw)
-        done = int(doc.get("done", 0)) + (0 if bit_test(doc.get("bitmap", ""), page_no) else 1)
-        now = time.time()
-        doc.update(
-            page_count=page_count, bitmap=bitmap, done=done, failed=sorted(failed),
-            updated_at=now, first_at=doc.get("first_at", now),
-            submitted_at=doc.get("submitted_at") or _ms(result.submitted_at.timestamp()),
+        validate_doc_id(result.doc_id)
+        page = PageArrived(
+            result.doc_id, result.page_no, result.page_count,
+            failed=result.status is PageStatus.FAILED,
+            submitted_at_ms=_ms(result.submitted_at.timestamp()),
             source_sha256=result.source_sha256, source_uri=result.source_uri,
-            outputs=list(result.outputs), trace_id=doc.get("trace_id") or result.trace_id,
+            outputs=tuple(result.outputs), trace_id=result.trace_id,
         )  # fmt: skip
-        self.docs[doc_id] = doc
-        self.metrics.pages.labels(STAGE, result.status.value).inc()
-        progress = DocumentProgress(doc_id=doc_id, pages_done=done, page_count=page_count,
-                                    updated_at=utc_now(), pages_failed=len(failed),
-                                    trace_id=doc.get("trace_id"))  # fmt: skip
-        await self.progress.send(
-            key=doc_id.encode(), value=self.codec.encode(progress, self.progress.get_topic_name())
-        )
-        if done >= page_count:
-            await self._finish(doc_id)
+        t = self._step(page)
+        status = result.status.value if t.outcome is Outcome.ACCEPTED else t.outcome.value
+        self.metrics.pages.labels(STAGE, status).inc()
+        await self._carry_out(t.effects, raw)
 
     # --- scans (for the attributes to pass through) ---------------------------------------------
 
@@ -229,15 +205,11 @@ class Assembler:
                         "murmur2): its attributes are not passed through", scan.doc_id,
                         event.message.partition, partition)  # fmt: skip
             return
-        doc = self.docs.get(scan.doc_id) or {}
-        if doc.get("terminal") or doc.get("scan_seen"):
-            return
-        doc.update(
-            scan_seen=True, attributes=dict(scan.attributes), trace_id=scan.trace_id,
-            submitted_at=_ms(scan.submitted_at.timestamp()), source_sha256=scan.sha256,
-            scan_at=time.time(),
+        registered = ScanRegistered(
+            scan.doc_id, _ms(scan.submitted_at.timestamp()), source_sha256=scan.sha256,
+            attributes=tuple(scan.attributes.items()), trace_id=scan.trace_id,
         )  # fmt: skip
-        self.docs[scan.doc_id] = doc
+        await self._carry_out(self._step(registered).effects)
 
     # --- deadlines ----------------------------------------------------------------------------
 
@@ -254,52 +226,31 @@ class Assembler:
         return tp in self.app.consumer.assignment()
 
     async def scan_deadlines(self) -> None:
-        """Timer: mark documents that made no progress for ``deadline_s``, and complete ones
-        left unfinished by a crash."""
+        """Timer: send a marker for each document that is due (no page for ``deadline_s``,
+        complete but left unfinished by a crash, or pageless for a week)."""
         now = time.time()
-        for doc_id, doc in list(self.docs.items()):
-            if not doc or doc.get("terminal"):
+        for doc_id, value in list(self.docs.items()):
+            if not value or DocumentState.ended(value) or doc_id in self._finishing:
                 continue
             if self._marked.get(doc_id, 0.0) > now - self.settings.deadline_s:
                 continue
-            if doc.get("done"):
-                idle = now - float(doc.get("updated_at", now))
-                # Complete but never finished (a crash in between; nothing may be replayed if
-                # the offsets were committed): finish it soon, not at the deadline.
-                complete = int(doc["done"]) >= int(doc.get("page_count", 0))
-                overdue = idle >= self.settings.deadline_s or (
-                    complete
-                    and idle >= 2 * self.settings.scan_interval_s
-                    and doc_id not in self._finishing
-                )
-                marker = DEADLINE
-            else:
-                overdue = now - float(doc.get("scan_at", now)) >= SCAN_ONLY_TTL_S
-                marker = EXPIRE
-            if overdue and self.owns(doc_id):
+            state = DocumentState.from_json(doc_id, value)
+            if due(state, now, self.rules) and self.owns(doc_id):
                 self._marked[doc_id] = now
-                await self.deadlines.send(key=doc_id.encode(), value=marker)
+                await self.deadlines.send(key=doc_id.encode(), value=_marker(state))
         self.metrics.inflight_documents.set(
-            sum(1 for d in self.docs.values() if d and d.get("done") and not d.get("terminal"))
-        )
+            sum(1 for doc_id, value in self.docs.items()
+                if value and not DocumentState.ended(value)
+                and DocumentState.from_json(doc_id, value).in_flight)
+        )  # fmt: skip
 
     async def on_deadline(self, event: Any) -> None:
         doc_id = bytes(event.key or b"").decode("utf-8", "replace")
         with log_context(doc_id=doc_id):
             try:
-                doc = self.docs.get(doc_id)
-                if not doc or doc.get("terminal"):
-                    return
-                if event.value == EXPIRE and not doc.get("done"):
-                    del self.docs[doc_id]
-                    return
-                age = time.time() - float(doc.get("updated_at", 0))
-                complete = int(doc.get("done", 0)) >= int(doc.get("page_count", 0))
-                if event.value == DEADLINE and (complete or age >= self.settings.deadline_s):
-                    if not complete:
-                        log.warning("deadline passed for %s: %s of %s pages in", doc_id,
-                                    doc.get("done"), doc.get("page_count"))  # fmt: skip
-                    await self._finish(doc_id)
+                _, _, revision = bytes(event.value or b"").partition(b":")
+                transition = self._step(DeadlinePassed(doc_id, int(revision or 0)))
+                await self._carry_out(transition.effects)
             except Exception:
                 log.exception("deadline handling failed")
             finally:
@@ -307,32 +258,78 @@ class Assembler:
 
     # --- finishing ----------------------------------------------------------------------------
 
-    async def _finish(self, doc_id: str) -> None:
-        if doc_id in self._finishing:
-            return
-        self._finishing.add(doc_id)
-        try:
-            await self._finish_document(doc_id)
-        finally:
-            self._finishing.discard(doc_id)
+    def _step(self, event: Input) -> Transition:
+        """Step the document's state with ``event`` and store the state it returns."""
+        value = self.docs.get(event.doc_id)
+        state = DocumentState.from_json(event.doc_id, value) if value else None
+        transition = step(state, event, now=time.time(), rules=self.rules)
+        if transition.state is None:
+            if value is not None:
+                del self.docs[event.doc_id]
+        elif transition.state is not state:
+            self.docs[event.doc_id] = transition.state.to_json()
+        return transition
 
-    async def _finish_document(self, doc_id: str) -> None:
+    async def _carry_out(self, effects: tuple[Effect, ...], raw: bytes | None = None) -> None:
+        """Carry out a step's effects in order; ``raw`` is the page result that was stepped."""
+        written: _Written | None = None
+        finishing: str | None = None
+        try:
+            for effect in effects:
+                if isinstance(effect, KeepPage):
+                    assert raw is not None, effect
+                    self.pages[_page_key(effect.doc_id, effect.page_no)] = _b64(raw)
+                elif isinstance(effect, DropPages):
+                    for page_no in effect.page_nos:
+                        self.pages.pop(_page_key(effect.doc_id, page_no), None)
+                elif isinstance(effect, PublishProgress):
+                    await self._publish_progress(effect)
+                elif isinstance(effect, WriteOutputs):
+                    if effect.doc_id in self._finishing:
+                        break  # another handler is finishing it (the pair comes last)
+                    self._finishing.add(finishing := effect.doc_id)
+                    written = await self._write_document(effect)
+                elif isinstance(effect, PublishTerminal) and written is not None:
+                    await self._publish_terminal(effect, written)
+        finally:
+            if finishing is not None:
+                self._finishing.discard(finishing)
+
+    async def _publish_progress(self, effect: PublishProgress) -> None:
+        progress = DocumentProgress(doc_id=effect.doc_id, pages_done=effect.pages_done,
+                                    page_count=effect.page_count, updated_at=utc_now(),
+                                    pages_failed=effect.pages_failed,
+                                    trace_id=effect.trace_id)  # fmt: skip
+        await self.progress.send(
+            key=effect.doc_id.encode(),
+            value=self.codec.encode(progress, self.progress.get_topic_name()),
+        )
+
+    async def _write_document(self, effect: WriteOutputs) -> _Written:
+        """Assemble the document from its kept page results and write its outputs."""
         started = time.perf_counter()
-        doc = dict(self.docs[doc_id])
-        page_count = int(doc["page_count"])
+        doc_id, page_count = effect.doc_id, effect.page_count
+        if not effect.complete:
+            log.warning("deadline passed for %s: %d of %d pages in", doc_id, len(effect.pages),
+                        page_count)  # fmt: skip
         results: list[PageResult] = []
-        for page_no in range(1, page_count + 1):
-            stored = self.pages.get(f"{doc_id}/{page_no}")
+        for page_no in effect.pages:
+            stored = self.pages.get(_page_key(doc_id, page_no))
             if stored is not None:
                 results.append(self.codec.decode_as(base64.b64decode(stored), PageResult))
-        submitted_at = _from_ms(int(doc.get("submitted_at") or _ms(time.time())))
+        submitted_at = _from_ms(effect.submitted_at_ms or _ms(time.time()))
         completed_at = utc_now()
         assembled = outputs.assemble_document(
-            doc_id, page_count, results, source_sha256=doc.get("source_sha256") or None,
+            doc_id, page_count, results, source_sha256=effect.source_sha256 or None,
             submitted_at=submitted_at, completed_at=completed_at,
         )  # fmt: skip
-        formats = [f for f in doc.get("outputs") or outputs.FORMATS if f in outputs.FORMATS]
-        written = await self._write_outputs(assembled, formats, doc.get("source_uri"))
+        formats = [f for f in effect.outputs or outputs.FORMATS if f in outputs.FORMATS]
+        written = await self._write_outputs(assembled, formats, effect.source_uri)
+        return _Written(assembled, written, submitted_at, completed_at, started)
+
+    async def _publish_terminal(self, effect: PublishTerminal, written: _Written) -> None:
+        """Publish the terminal event; once it is delivered, record it in the table."""
+        doc_id, page_count, assembled = effect.doc_id, effect.page_count, written.document
         status = DocumentStatus(assembled.status)
         error = (
             ErrorInfo(assembled.error_code, assembled.error_message or "")
@@ -345,31 +342,29 @@ class Assembler:
             page_count=page_count,
             pages_ok=assembled.pages_ok,
             pages_failed=assembled.pages_failed,
-            outputs=written,
+            outputs=written.outputs,
             error=error,
-            submitted_at=submitted_at,
-            completed_at=completed_at,
-            source_sha256=str(doc.get("source_sha256") or ""),
+            submitted_at=written.submitted_at,
+            completed_at=written.completed_at,
+            source_sha256=assembled.source_sha256 or "",
             missing_pages=tuple(assembled.missing_pages),
             failed_pages=tuple(assembled.failed_pages),
-            attributes=doc.get("attributes") or {},
-            trace_id=doc.get("trace_id"),
+            attributes=dict(effect.attributes),
+            trace_id=effect.trace_id,
         )
         fut = await self.documents.send(
             key=doc_id.encode(), value=self.codec.encode(event, self.documents.get_topic_name())
         )
         await fut
-        self.docs[doc_id] = {"terminal": status.value, "page_count": page_count,
-                             "at": _ms(time.time())}  # fmt: skip
-        for result in results:
-            del self.pages[f"{doc_id}/{result.page_no}"]
+        ended = self._step(TerminalPublished(doc_id, status.value, effect.revision))
+        await self._carry_out(ended.effects)
         # Write the terminal mark to the changelog now, not at the next commit: a crash after
         # this point can no longer publish a second event for the document.
         await self.app.producer.flush()
         self.metrics.documents.labels(status.value).inc()
-        latency = (completed_at - submitted_at).total_seconds()
+        latency = (written.completed_at - written.submitted_at).total_seconds()
         self.metrics.document_latency.observe(max(0.0, latency))
-        self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - started)
+        self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - written.started)
         log.info("document %s %s: %d/%d pages ok, %.2fs after submission", doc_id,
                  status.value, event.pages_ok, page_count, latency)  # fmt: skip
 
@@ -435,6 +430,16 @@ class Assembler:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def _page_key(doc_id: str, page_no: int) -> str:
+    return f"{doc_id}/{page_no}"
+
+
+def _marker(state: DocumentState) -> bytes:
+    """The deadline marker: its kind (as earlier assemblers read it), then any revision."""
+    kind = DEADLINE if state.done else EXPIRE
+    return kind + (b":%d" % state.revision if state.revision else b"")
 
 
 def _from_ms(ms: int) -> Any:
