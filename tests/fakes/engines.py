@@ -125,6 +125,26 @@ class FatalEngine(FakeEngine):
 # --- pages for the real engine -----------------------------------------------------------------
 
 
+class SizeEngine:
+    """Reads each page's size back as its text; fails on images of a poisoned width."""
+
+    def __init__(self, fail_width: int | None = None) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+        self.fail_width = fail_width
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo("fake", "size", "1", "cpu")
+
+    def recognize(self, images: Sequence[np.ndarray]) -> list[PageOCR]:
+        sizes = [(img.shape[1], img.shape[0]) for img in images]
+        self.batches.append(sizes)
+        if self.fail_width is not None and any(w == self.fail_width for w, _ in sizes):
+            raise RuntimeError("engine exploded")
+        box = ((0.0, 0.0), (5.0, 0.0), (5.0, 5.0), (0.0, 5.0))
+        return [PageOCR(w, h, (Line(f"{w}x{h}", 0.9, box),)) for w, h in sizes]
+
+
 def render_text_page(
     lines: Sequence[str],
     *,

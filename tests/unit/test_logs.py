@@ -1,5 +1,6 @@
 """JSON log lines carry the record they are about: doc_id, page, topic[partition]@offset and the
-trace id — also for what the OCR worker logs from its decode threads."""
+trace id — also for what the OCR worker logs from its decode threads. Text that comes from
+outside (a doc_id, a message argument) can't forge a log line or recolour a terminal."""
 
 from __future__ import annotations
 
@@ -12,17 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from ocrstream.errors import RetriableError
-from ocrstream.logs import ContextFilter, JsonFormatter, log_context
-from tests.unit.test_worker import (
-    CODEC,
-    FakeConsumer,
-    FakeProducer,
-    make_worker,
-    png,
-    results,
-    run_until,
-    task,
-)
+from ocrstream.logs import ContextFilter, JsonFormatter, TextFormatter, log_context
+from tests.fakes.kafka import FakeConsumer, FakeProducer
+from tests.fakes.stepped_worker import CODEC, make_worker, png, results, run_until, task
 
 
 @pytest.fixture
@@ -97,3 +90,40 @@ def test_worker_logs_carry_the_page_they_are_about(json_lines: io.StringIO) -> N
         assert rec["page"] == 2, rec
         assert rec["tp"] == "ocr.pages.v1[0]@0", rec
         assert rec["trace_id"] == "tr9", rec
+
+
+# --- what comes from outside can't forge log lines ---------------------------------------------
+
+
+def _record(msg: str, *args: object) -> logging.LogRecord:
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, msg, args, None)
+    ContextFilter().filter(record)
+    return record
+
+
+@pytest.mark.parametrize("evil", ["a\nFAKE 00:00 INFO admin logged in", "esc\x1b[31mred", "cr\r"])
+def test_text_logs_escape_control_characters_from_outside(evil: str) -> None:
+    with log_context(doc_id=evil):
+        line = TextFormatter("%(message)s %(ctx_text)s").format(_record("document %s failed", evil))
+    assert "\n" not in line
+    assert "\r" not in line
+    assert "\x1b" not in line
+    assert line.count(ascii(evil)[1:-1]) == 2  # escaped, in the message and in the context
+
+
+def test_text_logs_keep_tracebacks_multiline() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    text = TextFormatter("%(message)s").format(record)
+    assert text.startswith("failed\nTraceback")
+
+
+def test_json_logs_escape_control_characters() -> None:
+    with log_context(doc_id="a\nb"):
+        line = JsonFormatter().format(_record("x %s", "c\nd"))
+    assert "\n" not in line

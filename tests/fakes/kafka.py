@@ -1,0 +1,129 @@
+"""confluent-kafka's consumer and producer without a broker, for unit tests of the OCR worker.
+
+:class:`FakeConsumer` hands out queued messages per partition and honours pause/resume;
+:class:`FakeProducer` delivers only when the test (or ``poll``) says so, in order or reversed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+PAGES = "ocr.pages.v1"
+
+
+class FakeMessage:
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes):
+        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("trace", b"t1")]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
+
+    def error(self) -> None:
+        return None
+
+
+class FakeConsumer:
+    """Hands out queued messages per partition, honouring pause/resume."""
+
+    def __init__(self, partitions: int = 2) -> None:
+        self.queues: dict[int, list[FakeMessage]] = {p: [] for p in range(partitions)}
+        self.next_offset: dict[int, int] = {}
+        self.paused: set[int] = set()
+        self.pause_calls: list[set[int]] = []
+        self.stored: list[tuple[int, int]] = []
+        self.commits = 0
+        self.closed = False
+        self.on_revoke: Any = None
+
+    def push(self, partition: int, key: bytes, value: bytes) -> None:
+        offset = self.next_offset.get(partition, 0)
+        self.next_offset[partition] = offset + 1
+        self.queues[partition].append(FakeMessage(PAGES, partition, offset, key, value))
+
+    def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
+        self.on_revoke = on_revoke
+        on_assign(self, [TopicPartition(PAGES, p) for p in self.queues])
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        out: list[FakeMessage] = []
+        for p, q in self.queues.items():
+            while q and p not in self.paused and len(out) < num_messages:
+                out.append(q.pop(0))
+        return out
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {tp.partition for tp in tps}
+        self.pause_calls.append({tp.partition for tp in tps})
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {tp.partition for tp in tps}
+
+    def store_offsets(self, offsets: list[TopicPartition]) -> None:
+        self.stored.extend((tp.partition, tp.offset) for tp in offsets)
+
+    def commit(self, asynchronous: bool = True) -> None:
+        self.commits += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+    def last_stored(self, partition: int) -> int | None:
+        found = [o for p, o in self.stored if p == partition]
+        return found[-1] if found else None
+
+
+class FakeProducer:
+    """librdkafka's produce/poll/flush; deliveries happen when the test (or poll) says so."""
+
+    def __init__(self, auto: bool = True, reverse: bool = False) -> None:
+        self.auto, self.reverse = auto, reverse
+        self.queued: list[tuple[str, Any, bytes, Any]] = []
+        self.delivered: list[tuple[str, Any, bytes]] = []
+
+    def produce(
+        self,
+        topic: str,
+        key: Any = None,
+        value: bytes = b"",
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None:
+        self.queued.append((topic, key, value, on_delivery))
+
+    def deliver(self) -> int:
+        batch, self.queued = self.queued, []
+        for topic, key, value, cb in reversed(batch) if self.reverse else batch:
+            self.delivered.append((topic, key, value))
+            if cb is not None:
+                cb(None, None)
+        return len(batch)
+
+    def poll(self, timeout: float = 0) -> int:
+        return self.deliver() if self.auto else 0
+
+    def flush(self, timeout: float = 0) -> int:
+        self.deliver()
+        return 0
+
+    def __len__(self) -> int:
+        return len(self.queued)

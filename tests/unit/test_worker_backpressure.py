@@ -1,0 +1,101 @@
+"""The OCR worker holds a bounded amount of work: decoded pixels within its budget (one page
+always passes, whatever its size), and, while the store is down, one page at a time probing it
+instead of every waiting page retrying. Found by the reliability tests on the real stack
+(tests/integration/test_faults.py, test_hostile.py); pinned here without a broker."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ocrstream.storage import StoreUnavailableError
+from ocrstream.streams.worker import OcrWorker
+from tests.fakes.engines import SizeEngine
+from tests.fakes.kafka import PAGES, FakeConsumer, FakeProducer
+from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_until, task
+
+
+class HeldPixels(SizeEngine):
+    """Records the worker's held pixels (decoded and waiting for or in the engine) per batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker: OcrWorker | None = None
+        self.held: list[int] = []
+
+    def recognize(self, images: Any) -> Any:
+        assert self.worker is not None
+        self.held.append(self.worker._window.held_pixels)
+        time.sleep(0.01)
+        return super().recognize(images)
+
+
+def test_worker_decodes_only_within_its_pixel_budget() -> None:
+    """Sixty pages of 100x8 pixels with room for 300 pixels: at most three are decoded at a
+    time, the rest wait undecoded, each partition paused once it has its share of the queue
+    ((64 in flight - 2 batches of 8) / 2 partitions = 24), and all are recognised."""
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    for page in range(1, 61):
+        consumer.push(page % 2, b"d", CODEC.encode(task("d", page, width=100, count=60)))
+    engine = HeldPixels()
+    worker = make_worker(consumer, producer, engine=engine, max_batch=8, max_wait_ms=0,
+                         max_inflight_pixels=300 * 8)  # fmt: skip
+    engine.worker = worker
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    waited = paused = False
+
+    def done() -> bool:
+        nonlocal waited, paused
+        assert worker._window.held_pixels <= 300 * 8
+        waited = waited or bool(worker._intake)
+        paused = paused or consumer.paused == {0, 1}
+        return len(results(producer)) == 60
+
+    assert step_until(worker, done)
+    assert waited
+    assert paused
+    assert max(engine.held) <= 300 * 8
+    assert sorted(r.page_no for r in results(producer)) == list(range(1, 61))
+    assert worker._window.held_pixels == 0
+    worker.shutdown()
+
+
+def test_worker_lets_one_page_through_whatever_its_size() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    consumer.push(0, b"d", CODEC.encode(task("d", 1, width=500, count=1)))
+    worker = make_worker(consumer, producer, max_inflight_pixels=10)
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    assert step_until(worker, lambda: len(results(producer)) == 1)
+    worker.shutdown()
+
+
+def test_worker_probes_a_down_store_with_one_page() -> None:
+    """Ten claim-checked pages and a store that is down for a second: after the first wave of
+    failures one page at a time probes it (backoff 50 ms doubling to 200 ms), not all ten; the
+    partitions stay paused; once it answers every page is recognised."""
+    calls, down = [], [True]
+
+    def fetch(uri: str) -> bytes:
+        calls.append(time.monotonic())
+        if down[0]:
+            raise StoreUnavailableError("connection refused")
+        return png(int(uri.rsplit("/", 1)[1]))
+
+    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
+    for page in range(1, 11):
+        consumer.push(page % 2, b"d",
+                      CODEC.encode(task("d", page, 20 + page, uri=f"s3://b/{20 + page}",
+                                        count=10)))  # fmt: skip
+    worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.05,
+                         store_backoff_max_s=0.2)  # fmt: skip
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    step_until(worker, lambda: False, timeout=1.0)
+    assert consumer.paused == {0, 1}
+    # the first wave (the pages picked for the two decode threads), then ~7 probes; not ten
+    # pages retrying
+    assert 2 <= len(calls) <= 2 + 12, len(calls)
+    down[0] = False
+    assert step_until(worker, lambda: len(results(producer)) == 10)
+    assert sorted(r.page_no for r in results(producer)) == list(range(1, 11))
+    assert all(r.status.value == "ok" for r in results(producer))
+    worker.shutdown()
