@@ -8,7 +8,6 @@ import http.server
 import itertools
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +25,7 @@ from ocrstream.cli import main
 from ocrstream.processors.split import iter_pages
 from ocrstream.settings import KafkaSettings, LimitsSettings
 from tests import samples
+from tests.polling import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -217,9 +217,8 @@ def test_timeline_restarts_a_sampler_that_dies(tmp_path: Path) -> None:
     timeline = Timeline(KafkaSettings(topic_prefix="x."), "x.group", tmp_path / "t.jsonl")
     timeline.argv = [sys.executable, "-c", _FAKE_SAMPLER, str(timeline.path)]
     timeline.start()
-    deadline = time.monotonic() + 20
-    while (timeline.restarts < 1 or len(timeline.points) < 4) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: timeline.restarts >= 1 and len(timeline.points) >= 4, 20,
+               "the sampler to die, be restarted and sample again")  # fmt: skip
     points = timeline.stop()
     assert timeline.restarts >= 1
     assert len(points) >= 4

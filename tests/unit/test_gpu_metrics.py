@@ -18,6 +18,7 @@ from ocrstream.streams.gpu_metrics import (
     torch_source,
 )
 from ocrstream.streams.metrics import Metrics
+from tests.polling import wait_until
 
 
 class FakeNvml:
@@ -108,12 +109,7 @@ def test_a_failing_source_is_survived_and_stop_removes_the_series() -> None:
     metrics = Metrics()
     collector = GpuCollector(flaky, metrics, interval_s=0.01).start()
     try:
-        import time
-
-        deadline = time.monotonic() + 5
-        while calls["n"] < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert calls["n"] >= 4  # kept sampling after the failure
+        wait_until(lambda: calls["n"] >= 4, 5, "samples after the failure", interval_s=0.01)
         assert 'ocrstream_gpu_utilization_ratio{device="cuda:0"} 0.5' in text(metrics)
     finally:
         collector.stop()

@@ -9,7 +9,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from ocrstream.errors import RetriableError
 from ocrstream.processors.autoscale import Autoscaler, ScalePolicy
 from ocrstream.streams.autoscaler import LocalAutoscaler
 from ocrstream.streams.metrics import Metrics
+from tests.polling import wait_until
 
 # A stand-in worker: sleeps until SIGTERM; with a grace period it "drains" that long first.
 _WORKER = """
@@ -202,9 +202,7 @@ def test_run_ticks_until_stopped_and_then_stops_every_worker(spawn: FakeSpawn) -
     stop = threading.Event()
     thread = threading.Thread(target=auto.run, args=(stop,))
     thread.start()
-    deadline = time.monotonic() + 10
-    while len(spawn.calls) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: len(spawn.calls) >= 3, 10, "three workers", interval_s=0.02)
     stop.set()
     thread.join(15)
     assert not thread.is_alive()
@@ -241,19 +239,13 @@ def test_workers_get_sigterm_when_the_autoscaler_dies(tmp_path: Path) -> None:
                               stdout=subprocess.PIPE)  # fmt: skip
     assert parent.stdout is not None
     child_pid = int(parent.stdout.readline())
-    deadline = time.monotonic() + 20
-    while not Path(f"{marker}.ready").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(Path(f"{marker}.ready").exists, 20, "the worker to be ready", interval_s=0.05)
     parent.kill()
     parent.wait()
     parent.stdout.close()
-    while not (marker.exists() and marker.read_text() == "drained"):
-        assert time.monotonic() < deadline, "the worker outlived its autoscaler"
-        time.sleep(0.05)
-    deadline = time.monotonic() + 10
-    while _alive(child_pid):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: marker.exists() and marker.read_text() == "drained", 20,
+               "the worker to drain after its autoscaler died", interval_s=0.05)  # fmt: skip
+    wait_until(lambda: not _alive(child_pid), 10, "the worker to exit", interval_s=0.05)
 
 
 def _alive(pid: int) -> bool:

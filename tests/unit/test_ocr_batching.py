@@ -18,6 +18,7 @@ from tests.fakes.engines import (
     OomEngine,
     SlowEngine,
 )
+from tests.polling import wait_until
 
 
 def page(w: int, h: int = 10) -> np.ndarray:
@@ -25,10 +26,14 @@ def page(w: int, h: int = 10) -> np.ndarray:
 
 
 def collect(batcher: BatchingEngine, n: int, timeout: float = 5.0) -> dict:
+    """The first ``n`` results, by key (``batcher.poll`` blocks up to 0.2 s for each)."""
     out: dict = {}
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
+
+    def got_n() -> bool:
         out.update(batcher.poll(timeout=0.2))
+        return len(out) >= n
+
+    wait_until(got_n, timeout, f"{n} results from the batcher", interval_s=0)
     return out
 
 
@@ -118,7 +123,7 @@ def test_stream_over_an_iterable_and_a_queue():
 
     def produce() -> None:
         for i in range(5):
-            time.sleep(0.01)
+            time.sleep(0.01)  # pacing on purpose: pages trickle in while batches run
             q.put((f"k{i}", page(40 + i)))
         q.put(None)
 

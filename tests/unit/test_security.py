@@ -17,7 +17,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
@@ -37,6 +36,7 @@ from ocrstream.settings import (
 from ocrstream.storage import Keys, ObjectStore, validate_doc_id
 from ocrstream.storage.keys import InvalidUriError, parse_s3_uri
 from ocrstream.streams.metrics import Metrics
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "ocrstream"
@@ -266,15 +266,12 @@ def test_s3_over_tls_round_trip(tmp_path: Path) -> None:
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         store = ObjectStore(s3)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                store.ensure_bucket()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+
+        def answers() -> bool:
+            store.ensure_bucket()
+            return True
+
+        wait_until(answers, 30, "the TLS store to answer", interval_s=0.3, ignoring=(Exception,))
         store.put_bytes("documents/x/document.txt", b"over TLS")
         assert store.get_bytes("documents/x/document.txt") == b"over TLS"
         unverified = ObjectStore(s3.model_copy(update={"ca_bundle": None}))

@@ -6,7 +6,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from ocrstream.services.base import Launch, Service, repo_infra_dir
 from ocrstream.services.kafka import new_cluster_id, render_server_properties
 from ocrstream.services.prometheus import METRICS_PORTS, render_prometheus_config
 from ocrstream.settings import S3Settings, ServicesSettings
+from tests.polling import wait_until
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -122,10 +122,7 @@ def test_rendered_prometheus_config_passes_promtool(tmp_path: Path) -> None:
 
 
 def _wait_for_line(path: Path, text: str) -> None:
-    deadline = time.monotonic() + 10
-    while text not in path.read_text():
-        assert time.monotonic() < deadline, path.read_text()
-        time.sleep(0.05)
+    wait_until(lambda: text in path.read_text(), 10, f"{text!r} in {path.name}", interval_s=0.05)
 
 
 def test_spawn_pidfile_and_terminate(tmp_path: Path) -> None:
