@@ -33,7 +33,10 @@ typecheck: venv
 	$(BIN)/mypy
 
 unit: venv
-	$(BIN)/pytest -m "not integration" tests
+	$(BIN)/pytest -m "not integration" --durations=10 tests
+
+integration: venv  # needs the local services: .venv/bin/ocrstream infra up
+	$(BIN)/pytest -m integration --durations=10 tests
 
 clean:
 	-$(BIN)/ocrstream infra down

@@ -21,7 +21,8 @@ $BIN/mypy
 echo "== services"
 $BIN/ocrstream infra up
 echo "== pytest"
-# Fault-injection tests restart the broker and the store under load on a 2-core machine; one
-# that fails is run once more and reported as a rerun in the summary (never hidden: a test that
-# fails twice fails the run).
-$BIN/pytest -p no:cacheprovider --reruns 1 --reruns-delay 5 "$@"
+# One run: unit tests first, then integration tests (tests/conftest.py orders them), ending in
+# one summary line, after the ten slowest tests. Fault-injection tests restart the broker and
+# the store under load on a 2-core machine; one that fails is run once more and reported as a
+# rerun in the summary (never hidden: a test that fails twice fails the run).
+$BIN/pytest -p no:cacheprovider --durations=10 --reruns 1 --reruns-delay 5 "$@"

@@ -1,8 +1,10 @@
-"""Shared fixtures.
+"""Shared fixtures, and the order tests run in.
 
 Integration tests (marked ``integration``) talk to the real local services that
 ``ocrstream infra up`` starts: Kafka, the S3 store and Prometheus. Each test gets its own topic
-prefix and bucket, so tests never see each other's records or objects.
+prefix and bucket, so tests never see each other's records or objects. They run after every
+unit test, whatever the paths given, so a broken unit fails the run in minutes, not after the
+long integration tests.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
 
 if TYPE_CHECKING:
     from ocrstream.storage import ObjectStore
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests first, then integration tests; each group in collection order."""
+    items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
 
 
 def _slug(text: str) -> str:
