@@ -4,8 +4,9 @@
 interval variables replaced by fixed durations); :func:`promql_items` says where each comes
 from and what it is: a dashboard ``panel`` query, a ``record`` rule or an ``alert`` condition
 (an alert's expression is empty while all is well, by design). :data:`KNOWN_METRICS` is the
-catalogue of DESIGN.md plus the GPU and autoscaler gauges; :func:`metric_names` and
-:func:`label_matchers` pull names out of an expression without a full PromQL parser.
+part of the catalogue in docs/architecture.md ("Metrics") that dashboards and rules may use;
+:func:`metric_names` and :func:`label_matchers` pull names out of an expression without a full
+PromQL parser.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _m(kind: Literal["counter", "gauge", "histogram"], *labels: str) -> Metric:
     return Metric(kind, frozenset(labels))
 
 
-# DESIGN.md "Metrics", plus the GPU gauges and the local autoscaler's gauges.
+# docs/architecture.md "Metrics": what dashboards and rules may use.
 KNOWN_METRICS: dict[str, Metric] = {
     "ocrstream_pages_total": _m("counter", "stage", "status"),
     "ocrstream_documents_total": _m("counter", "status"),

@@ -1,4 +1,5 @@
-"""The Grafana dashboards and Prometheus rules use only the metrics of DESIGN.md, and parse.
+"""The Grafana dashboards and Prometheus rules use only the metrics of docs/architecture.md
+("Metrics"), and parse.
 
 Names come from tests/promql.py (the catalogue and the expression extraction, shared with the
 integration test that runs every expression against a live Prometheus). Where ``promtool`` is

@@ -1,5 +1,5 @@
-"""Every metric of DESIGN.md is exposed under its name, with explicit buckets, and nothing is
-registered until an entry point asks for it."""
+"""Every metric of docs/architecture.md ("Metrics") is exposed under its name, with explicit
+buckets, and nothing is registered until an entry point asks for it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Schema evolution: every current schema reads what every released schema wrote.
 
 The compatibility check must be able to fail, so it is also shown catching incompatible
-changes. The JSON Schema of document.json is checked against DESIGN.md's example.
+changes. The JSON Schema of document.json is checked against a full example document (the
+shorter one in docs/architecture.md is checked by test_architecture.py).
 """
 
 from __future__ import annotations

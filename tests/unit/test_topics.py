@@ -1,4 +1,4 @@
-"""The topic table of DESIGN.md, without a broker."""
+"""The topic table of docs/architecture.md ("Topics"), without a broker."""
 
 from __future__ import annotations
 
