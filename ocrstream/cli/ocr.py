@@ -3,7 +3,8 @@
 Images and PDFs. PDF pages are rendered at ``--dpi`` (300) unless a page is one scanned image,
 which is used as it is; with ``--skip-text``, pages that carry a usable text layer are answered
 from it (confidence 1.0) and not OCRed. Pages of all inputs go through the engine together, in
-batches across files, and each input's output is written as soon as its last page is done:
+batches across files (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`, while the
+next inputs are split), and each input's output is written as soon as its last page is done:
 ``DIR/<stem>.json`` (document.json of DESIGN.md) or ``.txt`` with ``--output DIR``, standard
 output without (one JSON document per line when there are several inputs; text pages are
 separated by form feeds, as tesseract does).
@@ -81,6 +82,10 @@ class _Job:
     doc: _Doc
     page_no: int
     data: bytes
+
+
+# How long the first pages split wait for more to fill a batch while the engine is idle.
+BATCH_WAIT_S = 0.05
 
 
 def make_engine(settings: OcrSettings) -> Any:
@@ -199,33 +204,35 @@ def _run(
     skip_text: bool,
     batch: int,
 ) -> Iterator[_Doc]:
-    """Every document, finished, in input order; pages are OCRed in cross-file batches."""
-    pending: list[_Job] = []
+    """Every document, finished, in input order. The engine reads the pages already split, in
+    batches across files, while the next pages are split; a page that breaks the engine fails
+    alone."""
+    from ocrstream.processors.ocr.batching import BatchingEngine
+
     emitted = 0
 
-    def flush() -> None:
-        if not pending:
-            return
-        results = engine.recognize([job.data for job in pending])
-        for job, result in zip(pending, results, strict=True):
-            job.doc.pages[job.page_no] = result
-        pending.clear()
-
-    def finished() -> Iterator[_Doc]:
+    def answer(results: list[tuple[_Job, PageOCR]]) -> Iterator[_Doc]:
         nonlocal emitted
+        for job, result in results:
+            job.doc.pages[job.page_no] = result
         while emitted < len(docs) and docs[emitted].done:
             yield docs[emitted]
             emitted += 1
 
-    for doc in docs:
-        for job in _split(doc, limits, dpi, skip_text):
-            pending.append(job)
-            if len(pending) >= batch:
-                flush()
-                yield from finished()
-        yield from finished()
-    flush()
-    yield from finished()
+    batcher: BatchingEngine[_Job] = BatchingEngine(
+        engine, max_batch=batch, max_wait_s=BATCH_WAIT_S, max_inflight=2 * batch
+    )
+    with batcher:
+        for doc in docs:
+            for job in _split(doc, limits, dpi, skip_text):
+                while not batcher.submit(job, job.data, timeout=0.1):
+                    yield from answer(batcher.poll())  # full: take what is done meanwhile
+                yield from answer(batcher.poll())
+            yield from answer([])
+        batcher.flush()  # no more pages: the last batch need not wait to fill
+        while batcher.inflight:
+            yield from answer(batcher.poll(timeout=0.1))
+    yield from answer([])
 
 
 def _split(doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool) -> Iterator[_Job]:

@@ -3,30 +3,25 @@
 - :func:`prepare_page` (run in a thread pool) fetches a claim-checked image from the store and
   decodes it to the engine's BGR array (:mod:`ocrstream.processors.imageio`, which checks the
   pixel limit from the image header before any large allocation).
-- :class:`MicroBatcher` groups prepared pages of any documents into batches (max size, max wait).
-- :func:`process_batch` runs one batch through the engine's batching API and turns every page
+- Pages that need OCR go to the engine through
+  :class:`~ocrstream.processors.ocr.batching.BatchingEngine` (micro-batches across documents;
+  a page that breaks the engine fails alone), and :func:`engine_result` turns what it read
   into a :class:`PageResult`: ``ok``/``empty`` with lines, or ``failed`` with a reason code.
-  Pages answered from the PDF's text layer are passed through without OCR.
-
-An engine error is retried; a batch that still fails is split in halves until the page that
-fails alone is found, so one bad page fails only itself.
+- :func:`unread_result` answers the others without the engine: a page that could not be
+  fetched or decoded is ``failed``, a page answered from the PDF's text layer passes through.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from ocrstream.errors import FatalError, PoisonError
+from ocrstream.errors import PoisonError
 from ocrstream.processors.imageio import PageTooLargeError, decode_image
-from ocrstream.processors.ocr.batching import PageEngine
 from ocrstream.processors.ocr.types import PageOCR
 from ocrstream.schemas.records import (
     Engine,
@@ -40,10 +35,7 @@ from ocrstream.schemas.records import (
     utc_now,
 )
 
-log = logging.getLogger(__name__)
-
 Image_ = npt.NDArray[np.uint8]
-T = TypeVar("T")
 
 TEXT_LAYER_ENGINE = Engine(backend="text-layer", model="pdf", version="1")
 
@@ -91,106 +83,15 @@ def prepare_page(task: PageTask, fetch: Callable[[str], bytes], *, max_pixels: i
     return PreparedPage(task, image=image, decode_ms=(time.perf_counter() - start) * 1000)
 
 
-# --- batch --------------------------------------------------------------------------------
-
-
-class MicroBatcher(Generic[T]):
-    """Collect items into batches: a batch is due when full or when its oldest item waited
-    ``max_wait_s``. Items of any document mix freely."""
-
-    def __init__(self, max_batch: int, max_wait_s: float) -> None:
-        if max_batch < 1:
-            raise ValueError("max_batch must be at least 1")
-        self.max_batch = max_batch
-        self.max_wait_s = max_wait_s
-        self._items: deque[tuple[float, T]] = deque()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def add(self, item: T, now: float) -> None:
-        self._items.append((now, item))
-
-    def deadline(self) -> float | None:
-        """When the oldest item's wait runs out (None when empty)."""
-        return self._items[0][0] + self.max_wait_s if self._items else None
-
-    def due(self, now: float) -> bool:
-        if len(self._items) >= self.max_batch:
-            return True
-        deadline = self.deadline()
-        return deadline is not None and now >= deadline
-
-    def take(self) -> list[T]:
-        n = min(self.max_batch, len(self._items))
-        return [self._items.popleft()[1] for _ in range(n)]
-
-    def drain(self) -> list[T]:
-        items = [item for _, item in self._items]
-        self._items.clear()
-        return items
-
-
-def process_batch(
-    engine: PageEngine, pages: Sequence[PreparedPage], *, worker_id: str = "", retries: int = 1
-) -> list[PageResult]:
-    """Recognise a batch; one result per page, in order. Only FatalError escapes."""
-    ocr_idx = [i for i, p in enumerate(pages) if p.needs_ocr]
-    outcomes = _recognize(engine, [pages[i].image for i in ocr_idx], retries) if ocr_idx else []
-    by_index = dict(zip(ocr_idx, outcomes, strict=True))
-    info = engine.info
-    engine_rec = Engine(backend=info.backend, model=info.model, version=info.version)
-    results: list[PageResult] = []
-    for i, page in enumerate(pages):
-        if page.error is not None:
-            results.append(failed_result(page.task, page.error, worker_id=worker_id))
-        elif page.task.text_layer is not None:
-            results.append(text_layer_result(page.task, worker_id=worker_id))
-        else:
-            outcome = by_index[i]
-            if isinstance(outcome, ErrorInfo):
-                results.append(failed_result(page.task, outcome, worker_id=worker_id))
-            else:
-                results.append(ocr_result(page, outcome, engine_rec, worker_id=worker_id))
-    return results
-
-
-def _recognize(
-    engine: PageEngine, images: Sequence[Image_ | None], retries: int
-) -> list[PageOCR | ErrorInfo]:
-    batch = [img for img in images if img is not None]
-    assert len(batch) == len(images)
-    error: ErrorInfo | None = None
-    for attempt in range(retries + 1):
-        try:
-            out = engine.recognize(batch)
-        except FatalError:
-            raise
-        except MemoryError as e:
-            log.warning("engine out of memory on a batch of %d pages", len(batch))
-            error = ErrorInfo("engine_out_of_memory", str(e) or "MemoryError")
-            break  # the same batch would run out again: split it at once
-        except Exception as e:  # any engine failure becomes a page error, never a crash
-            log.warning(
-                "engine failed on a batch of %d pages (attempt %d)",
-                len(batch),
-                attempt + 1,
-                exc_info=True,
-            )
-            error = ErrorInfo("engine_error", f"{type(e).__name__}: {e}")
-            continue
-        if len(out) != len(batch):
-            error = ErrorInfo("engine_error", f"{len(out)} results for {len(batch)} pages")
-            continue
-        return list(out)
-    assert error is not None
-    if len(batch) == 1:
-        return [error]
-    mid = len(batch) // 2
-    return _recognize(engine, batch[:mid], retries) + _recognize(engine, batch[mid:], retries)
-
-
 # --- results ------------------------------------------------------------------------------
+
+
+def unread_result(page: PreparedPage, *, worker_id: str = "") -> PageResult:
+    """The result of a page that does not go to the engine: ``failed`` when it could not be
+    fetched or decoded, else what its text layer says."""
+    if page.error is not None:
+        return failed_result(page.task, page.error, worker_id=worker_id)
+    return text_layer_result(page.task, worker_id=worker_id)
 
 
 def _base(task: PageTask, worker_id: str) -> dict[str, object]:
@@ -232,9 +133,15 @@ def text_layer_result(task: PageTask, *, worker_id: str = "") -> PageResult:
     )
 
 
-def ocr_result(
+def engine_result(
     page: PreparedPage, ocr: PageOCR, engine: Engine, *, worker_id: str = ""
 ) -> PageResult:
+    """What the engine read on a page: ``ok`` or ``empty`` with its lines; a page the engine
+    failed on (alone: see :func:`~ocrstream.processors.ocr.batching.recognize_batch`) is
+    ``failed`` with the reason and the size its task declares."""
+    if ocr.status == "failed":
+        error = ErrorInfo(ocr.error_code or "engine_error", ocr.error_message or "")
+        return failed_result(page.task, error, worker_id=worker_id)
     lines = tuple(
         Line(
             text=line.text,
@@ -242,17 +149,6 @@ def ocr_result(
             polygon=tuple(Point(float(x), float(y)) for x, y in line.polygon),
         )
         for line in ocr.lines
-    )
-    if ocr.status == "failed":
-        status = PageStatus.FAILED
-    elif ocr.status == "empty" or not lines:
-        status = PageStatus.EMPTY
-    else:
-        status = PageStatus.OK
-    error = (
-        ErrorInfo(ocr.error_code or "engine_error", ocr.error_message or "")
-        if status is PageStatus.FAILED
-        else None
     )
     t = ocr.timings_ms
     timings = Timings(
@@ -262,8 +158,7 @@ def ocr_result(
         total_ms=page.decode_ms + float(t.get("total", t.get("total_ms", 0.0))),
     )
     return PageResult(
-        status=status,
-        error=error,
+        status=PageStatus.EMPTY if ocr.status == "empty" or not lines else PageStatus.OK,
         width=ocr.width,
         height=ocr.height,
         rotation=ocr.rotation,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import cv2
+import numpy as np
 import pymupdf
 import pytest
 from click.testing import CliRunner
@@ -111,3 +112,29 @@ def test_engine_that_cannot_start_exits_2(monkeypatch: pytest.MonkeyPatch, scan:
     result = CliRunner().invoke(main, ["ocr", "--device", "cuda", str(scan)])
     assert result.exit_code == 2
     assert "backend_unavailable" in result.stderr
+
+
+def test_a_page_that_breaks_the_engine_fails_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Pages of both inputs share a batch; the engine crashes on one page: that input fails
+    with the reason, the other is read."""
+    from tests.fakes.engines import CrashingEngine
+
+    engine = CrashingEngine(crash_on=lambda img: img.shape[1] == 130)
+    monkeypatch.setattr("ocrstream.cli.ocr.make_engine", lambda settings: engine)
+    monkeypatch.setattr("ocrstream.cli.ocr.BATCH_WAIT_S", 60.0)  # a batch waits to be full
+    paths = []
+    for name, width in (("good", 120), ("bad", 130)):
+        path = tmp_path / f"{name}.jpg"
+        path.write_bytes(cv2.imencode(".jpg", np.full((40, width, 3), 255, np.uint8))[1])
+        paths.append(str(path))
+    result = CliRunner().invoke(main, ["ocr", *paths, "--batch", "2"])
+    assert result.exit_code == 1
+    good, bad = (json.loads(line) for line in result.stdout.splitlines())
+    assert good["status"] == "completed"
+    assert [ln["text"] for ln in good["pages"][0]["lines"]] == ["page 120x40"]
+    assert bad["status"] == "failed"
+    assert bad["pages"][0]["error"]["code"] == "engine_error"
+    assert "bad.jpg: failed" in result.stderr
+    assert engine.batches[0] == 2  # one batch across both files, then halves

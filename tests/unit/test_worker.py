@@ -1,5 +1,5 @@
 """The OCR worker without a broker: a scripted consumer, a producer whose deliveries the test
-controls, and a fake engine that reads back each page's size."""
+controls, and a fake engine that reads back each page's size (tests/fakes/)."""
 
 from __future__ import annotations
 
@@ -7,249 +7,31 @@ import dataclasses
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
-import cv2
 import numpy as np
 import pytest
 from confluent_kafka import TopicPartition
 
 from ocrstream.errors import RetriableError
-from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
-from ocrstream.schemas.codec import Codec
+from ocrstream.processors.ocr.batching import MicroBatcher
+from ocrstream.processors.ocr.types import PageOCR
 from ocrstream.schemas.records import DeadLetter, PageImage, PageResult, PageStatus, PageTask
-from ocrstream.settings import KafkaSettings, WorkerSettings
-from ocrstream.streams.metrics import Metrics
-from ocrstream.streams.ocr_batch import MicroBatcher, PreparedPage, prepare_page, process_batch
+from ocrstream.streams.ocr_batch import PreparedPage, prepare_page
 from ocrstream.streams.offsets import OffsetTracker
-from ocrstream.streams.producer import RecordProducer
-from ocrstream.streams.worker import OcrWorker
+from tests.fakes.engines import SizeEngine
+from tests.fakes.kafka import PAGES, FakeConsumer, FakeMessage, FakeProducer
+from tests.fakes.stepped_worker import (
+    CODEC,
+    RESULTS,
+    make_worker,
+    png,
+    results,
+    run_until,
+    step_until,
+    task,
+)
 
-PAGES = "ocr.pages.v1"
-RESULTS = "ocr.page-results.v1"
 DLQ = "ocr.dlq.v1"
-
-
-# --- fakes ----------------------------------------------------------------------------------
-
-
-class FakeMessage:
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes, value: bytes):
-        self._t, self._p, self._o, self._k, self._v = topic, partition, offset, key, value
-
-    def topic(self) -> str:
-        return self._t
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes:
-        return self._k
-
-    def value(self) -> bytes:
-        return self._v
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return [("trace", b"t1")]
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
-
-    def error(self) -> None:
-        return None
-
-
-class FakeConsumer:
-    """Hands out queued messages per partition, honouring pause/resume."""
-
-    def __init__(self, partitions: int = 2) -> None:
-        self.queues: dict[int, list[FakeMessage]] = {p: [] for p in range(partitions)}
-        self.next_offset: dict[int, int] = {}
-        self.paused: set[int] = set()
-        self.pause_calls: list[set[int]] = []
-        self.stored: list[tuple[int, int]] = []
-        self.commits = 0
-        self.closed = False
-        self.on_revoke: Any = None
-
-    def push(self, partition: int, key: bytes, value: bytes) -> None:
-        offset = self.next_offset.get(partition, 0)
-        self.next_offset[partition] = offset + 1
-        self.queues[partition].append(FakeMessage(PAGES, partition, offset, key, value))
-
-    def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
-        self.on_revoke = on_revoke
-        on_assign(self, [TopicPartition(PAGES, p) for p in self.queues])
-
-    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
-        out: list[FakeMessage] = []
-        for p, q in self.queues.items():
-            while q and p not in self.paused and len(out) < num_messages:
-                out.append(q.pop(0))
-        return out
-
-    def pause(self, tps: list[TopicPartition]) -> None:
-        self.paused |= {tp.partition for tp in tps}
-        self.pause_calls.append({tp.partition for tp in tps})
-
-    def resume(self, tps: list[TopicPartition]) -> None:
-        self.paused -= {tp.partition for tp in tps}
-
-    def store_offsets(self, offsets: list[TopicPartition]) -> None:
-        self.stored.extend((tp.partition, tp.offset) for tp in offsets)
-
-    def commit(self, asynchronous: bool = True) -> None:
-        self.commits += 1
-
-    def close(self) -> None:
-        self.closed = True
-
-    def last_stored(self, partition: int) -> int | None:
-        found = [o for p, o in self.stored if p == partition]
-        return found[-1] if found else None
-
-
-class FakeProducer:
-    """librdkafka's produce/poll/flush; deliveries happen when the test (or poll) says so."""
-
-    def __init__(self, auto: bool = True, reverse: bool = False) -> None:
-        self.auto, self.reverse = auto, reverse
-        self.queued: list[tuple[str, Any, bytes, Any]] = []
-        self.delivered: list[tuple[str, Any, bytes]] = []
-
-    def produce(
-        self,
-        topic: str,
-        key: Any = None,
-        value: bytes = b"",
-        on_delivery: Any = None,
-        headers: Any = None,
-    ) -> None:
-        self.queued.append((topic, key, value, on_delivery))
-
-    def deliver(self) -> int:
-        batch, self.queued = self.queued, []
-        for topic, key, value, cb in reversed(batch) if self.reverse else batch:
-            self.delivered.append((topic, key, value))
-            if cb is not None:
-                cb(None, None)
-        return len(batch)
-
-    def poll(self, timeout: float = 0) -> int:
-        return self.deliver() if self.auto else 0
-
-    def flush(self, timeout: float = 0) -> int:
-        self.deliver()
-        return 0
-
-    def __len__(self) -> int:
-        return len(self.queued)
-
-
-class SizeEngine:
-    """Reads each page's size back as its text; fails on images of a poisoned width."""
-
-    def __init__(self, fail_width: int | None = None) -> None:
-        self.batches: list[list[tuple[int, int]]] = []
-        self.fail_width = fail_width
-
-    @property
-    def info(self) -> EngineInfo:
-        return EngineInfo("fake", "size", "1", "cpu")
-
-    def recognize(self, images: Sequence[np.ndarray]) -> list[PageOCR]:
-        sizes = [(img.shape[1], img.shape[0]) for img in images]
-        self.batches.append(sizes)
-        if self.fail_width is not None and any(w == self.fail_width for w, _ in sizes):
-            raise RuntimeError("engine exploded")
-        box = ((0.0, 0.0), (5.0, 0.0), (5.0, 5.0), (0.0, 5.0))
-        return [PageOCR(w, h, (Line(f"{w}x{h}", 0.9, box),)) for w, h in sizes]
-
-
-# --- helpers --------------------------------------------------------------------------------
-
-CODEC = Codec()
-
-
-def png(width: int, height: int = 8) -> bytes:
-    ok, buf = cv2.imencode(".png", np.full((height, width, 3), 200, np.uint8))
-    assert ok
-    return buf.tobytes()
-
-
-def task(
-    doc: str,
-    page: int,
-    width: int,
-    *,
-    uri: str | None = None,
-    data: bytes | None = None,
-    count: int = 3,
-) -> PageTask:
-    image = PageImage(
-        "png", data=None if uri else (data if data is not None else png(width)), uri=uri
-    )
-    return PageTask(doc_id=doc, page_no=page, page_count=count, image=image, width=width, height=8)
-
-
-def make_worker(
-    consumer: FakeConsumer,
-    producer: FakeProducer,
-    engine: Any = None,
-    fetch: Any = None,
-    **settings: Any,
-) -> OcrWorker:
-    conf = {
-        "max_batch": 4,
-        "max_wait_ms": 0,
-        "max_inflight_pages": 64,
-        "decode_threads": 2,
-        "store_backoff_s": 0.01,
-        "drain_timeout_s": 5.0,
-        **settings,
-    }
-    return OcrWorker(
-        kafka=KafkaSettings(),
-        settings=WorkerSettings(**conf),
-        engine=engine or SizeEngine(),
-        codec=CODEC,
-        fetch=fetch or (lambda uri: b""),
-        metrics=Metrics(),
-        consumer=consumer,
-        producer=RecordProducer(KafkaSettings(), CODEC, producer=producer),
-        worker_id="w1",
-    )
-
-
-def step_until(worker: OcrWorker, done: Any, timeout: float = 10.0) -> bool:
-    """Turn the loop until ``done()`` or the timeout; the loop itself never blocks long."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        worker.step()
-        if done():
-            return True
-    return False
-
-
-def run_until(worker: OcrWorker, done: Any) -> None:
-    worker.consumer.subscribe(
-        [worker.topic],
-        on_assign=worker._on_assign,
-        on_revoke=worker._on_revoke,
-        on_lost=worker._on_lost,
-    )
-    step_until(worker, done)
-    worker.shutdown()
-
-
-def results(producer: FakeProducer) -> list[PageResult]:
-    return [CODEC.decode_as(v, PageResult) for t, _, v in producer.delivered if t == RESULTS]
-
-
-# --- tests ----------------------------------------------------------------------------------
 
 
 def test_offset_tracker_releases_only_the_done_prefix() -> None:
@@ -399,8 +181,9 @@ def test_inflight_limit_pauses_every_partition() -> None:
             consumer.push(p, b"d", CODEC.encode(task(f"d{p}", page, width=10 + page)))
     worker = make_worker(consumer, producer, max_inflight_pages=2, max_batch=2)
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
-    assert step_until(worker, lambda: len(producer.queued) == 2)
-    step_until(worker, lambda: False, timeout=0.3)
+    assert step_until(worker, lambda: len(producer.queued) == 2 and consumer.paused == {0, 1})
+    for _ in range(50):  # nothing is delivered: however long the loop turns, it holds
+        worker.step()
     assert consumer.paused == {0, 1}
     assert len(producer.queued) == 2  # no more than the limit consumed
     producer.auto = True
@@ -414,7 +197,7 @@ def test_revoke_drains_in_flight_pages_and_commits() -> None:
         consumer.push(0, b"d", CODEC.encode(task("d", page, width=10 + page, count=2)))
     worker = make_worker(consumer, producer, max_batch=16, max_wait_ms=10_000)
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
-    step_until(worker, lambda: False, timeout=0.3)
+    assert step_until(worker, lambda: worker._engine.waiting == 2)  # both decoded
     assert not producer.delivered  # waiting for a fuller batch
     consumer.on_revoke(consumer, [TopicPartition(PAGES, 0)])
     assert len(results(producer)) == 2
@@ -423,7 +206,7 @@ def test_revoke_drains_in_flight_pages_and_commits() -> None:
     worker.shutdown()
 
 
-def test_process_batch_passes_text_layer_pages_through() -> None:
+def test_text_layer_pages_pass_through_without_the_engine() -> None:
     from ocrstream.schemas.records import Line as RLine
     from ocrstream.schemas.records import Point
 
@@ -436,16 +219,20 @@ def test_process_batch_passes_text_layer_pages_through() -> None:
         height=50,
         text_layer=(RLine("hello", 1.0, (Point(0, 0),) * 4),),
     )
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    consumer.push(0, b"d", CODEC.encode(t))
     engine = SizeEngine()
-    page = prepare_page(
-        t, lambda uri: pytest.fail("no fetch for a text-layer page"), max_pixels=10**6
+    worker = make_worker(
+        consumer, producer, engine, fetch=lambda uri: pytest.fail("no fetch for a text-layer page")
     )
-    (r,) = process_batch(engine, [page])
+    run_until(worker, lambda: len(results(producer)) == 1)
+    (r,) = results(producer)
     assert engine.batches == []
     assert r.status is PageStatus.OK
     assert r.lines[0].text == "hello"
     assert r.engine is not None
     assert r.engine.backend == "text-layer"
+    assert consumer.last_stored(0) == 1
 
 
 def test_pixel_limit_is_checked_before_decoding() -> None:

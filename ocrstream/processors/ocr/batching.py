@@ -1,14 +1,21 @@
-"""Streaming over the engine: pages go in as they arrive, results come out as batches finish.
+"""Micro-batching over the engine: the one batcher of ocrstream and its one batch retry.
 
-:class:`BatchingEngine` owns one background thread that runs the engine. A batch starts when
-``max_batch`` pages wait or the oldest has waited ``max_wait_s``; pages of any documents mix.
-``submit`` blocks while ``max_inflight`` pages are submitted but not yet collected with
-``poll``, which bounds memory whatever the producer does.
+- :class:`MicroBatcher` is the rule: items of any documents collect into a batch, which is due
+  when it is full (``max_batch``) or its oldest item has waited ``max_wait_s``. It holds no
+  thread and reads no clock (the caller says what time it is).
+- :func:`recognize_batch` runs one batch through the engine. A batch whose engine call fails is
+  tried again (``retries``), then split in halves down to single pages, so one page that breaks
+  the engine fails only itself (``engine_error``, or ``engine_out_of_memory`` for a
+  MemoryError, which splits at once: the same batch would run out again). A
+  :class:`FatalError` propagates.
+- :class:`BatchingEngine` runs those batches in one thread of its own: pages go in with
+  ``submit`` as they arrive, results come out with ``poll`` as batches finish, and the caller
+  never waits for the engine. ``submit`` blocks while ``max_inflight`` pages are submitted but
+  not yet collected, which bounds memory whatever the producer does. An error that stops the
+  thread (a :class:`FatalError`) is raised to the caller by the next ``submit`` or ``poll``.
 
-A batch whose engine call raises is split in halves and retried, down to single pages, so one
-page that breaks the engine fails only itself (``engine_error``, or ``engine_out_of_memory``
-for a MemoryError). A :class:`FatalError` stops the thread and is raised to the caller by the
-next ``submit`` or ``poll``.
+The OCR worker (:mod:`ocrstream.streams.worker`), ``ocrstream ocr`` and ``ocrstream bench
+engine`` all run the engine through :class:`BatchingEngine`.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -28,6 +35,7 @@ from ocrstream.processors.ocr.types import EngineInfo, PageOCR
 log = logging.getLogger(__name__)
 
 K = TypeVar("K")
+T = TypeVar("T")
 _END = object()
 
 
@@ -38,8 +46,104 @@ class PageEngine(Protocol):
     def recognize(self, images: Sequence[Any]) -> list[PageOCR]: ...
 
 
+# --- the rule -------------------------------------------------------------------------------
+
+
+class MicroBatcher(Generic[T]):
+    """Collect items into batches: a batch is due when full or when its oldest item waited
+    ``max_wait_s``. Items of any document mix freely."""
+
+    def __init__(self, max_batch: int, max_wait_s: float) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._items: deque[tuple[float, T]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: T, now: float) -> None:
+        self._items.append((now, item))
+
+    def deadline(self) -> float | None:
+        """When the oldest item's wait runs out (None when empty)."""
+        return self._items[0][0] + self.max_wait_s if self._items else None
+
+    def due(self, now: float) -> bool:
+        if len(self._items) >= self.max_batch:
+            return True
+        deadline = self.deadline()
+        return deadline is not None and now >= deadline
+
+    def take(self) -> list[T]:
+        """The next batch: the oldest items, at most ``max_batch``."""
+        n = min(self.max_batch, len(self._items))
+        return [self._items.popleft()[1] for _ in range(n)]
+
+    def drain(self) -> list[T]:
+        items = [item for _, item in self._items]
+        self._items.clear()
+        return items
+
+
+# --- the retry ------------------------------------------------------------------------------
+
+
+def failed_page(code: str, message: str) -> PageOCR:
+    """A page the engine could not read (it never measured it: no size)."""
+    return PageOCR(
+        width=0, height=0, lines=(), status="failed", error_code=code, error_message=message
+    )
+
+
+def recognize_batch(
+    engine: PageEngine, images: Sequence[Any], *, retries: int = 1
+) -> list[PageOCR]:
+    """One result per image, in order; see the module docstring. Only FatalError escapes."""
+    if not images:
+        return []
+    code, message = "engine_error", ""
+    for attempt in range(retries + 1):
+        try:
+            out = engine.recognize(images)
+        except FatalError:
+            raise
+        except MemoryError as e:
+            log.warning("engine out of memory on a batch of %d pages", len(images))
+            code, message = "engine_out_of_memory", str(e) or "MemoryError"
+            break
+        except Exception as e:  # any engine failure fails pages, never the caller
+            log.warning(
+                "engine failed on a batch of %d pages (attempt %d)",
+                len(images),
+                attempt + 1,
+                exc_info=True,
+            )
+            code, message = "engine_error", f"{type(e).__name__}: {e}"
+            continue
+        if len(out) != len(images):
+            code, message = "engine_error", f"{len(out)} results for {len(images)} pages"
+            continue
+        return list(out)
+    if len(images) == 1:
+        return [failed_page(code, message)]
+    mid = len(images) // 2
+    return recognize_batch(engine, images[:mid], retries=retries) + recognize_batch(
+        engine, images[mid:], retries=retries
+    )
+
+
+# --- the engine thread ----------------------------------------------------------------------
+
+
 class BatchingEngine(Generic[K]):
-    """Micro-batching front of an engine; see the module docstring."""
+    """Micro-batching front of an engine; see the module docstring.
+
+    ``max_inflight=None`` leaves the bound to the caller (the OCR worker bounds what it starts
+    itself, and its loop must never block in ``submit``). ``on_batch(pages, seconds)`` is
+    called from the engine thread after each batch.
+    """
 
     def __init__(
         self,
@@ -47,18 +151,23 @@ class BatchingEngine(Generic[K]):
         *,
         max_batch: int = 16,
         max_wait_s: float = 0.05,
-        max_inflight: int = 64,
+        max_inflight: int | None = 64,
+        retries: int = 1,
+        on_batch: Callable[[int, float], None] | None = None,
     ) -> None:
-        if max_batch < 1 or max_inflight < max_batch:
+        if max_batch < 1 or (max_inflight is not None and max_inflight < max_batch):
             raise ValueError("need 1 <= max_batch <= max_inflight")
         self.engine = engine
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.max_inflight = max_inflight
+        self.retries = retries
+        self._on_batch = on_batch
         self._cond = threading.Condition()
-        self._pending: deque[tuple[float, K, Any]] = deque()
+        self._queue: MicroBatcher[tuple[K, Any]] = MicroBatcher(max_batch, max_wait_s)
         self._done: deque[tuple[K, PageOCR]] = deque()
         self._inflight = 0
+        self._flushing = False
         self._closing = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="ocr-batcher", daemon=True)
@@ -74,6 +183,12 @@ class BatchingEngine(Generic[K]):
         with self._cond:
             return self._inflight
 
+    @property
+    def waiting(self) -> int:
+        """Pages submitted that no batch has taken yet."""
+        with self._cond:
+            return len(self._queue)
+
     def submit(self, key: K, image: Any, timeout: float | None = None) -> bool:
         """Queue one page; blocks while the in-flight bound is reached (False on timeout)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -82,13 +197,13 @@ class BatchingEngine(Generic[K]):
                 self._raise_error()
                 if self._closing:
                     raise RuntimeError("BatchingEngine is closed")
-                if self._inflight < self.max_inflight:
+                if self.max_inflight is None or self._inflight < self.max_inflight:
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 self._cond.wait(remaining)
-            self._pending.append((time.monotonic(), key, image))
+            self._queue.add((key, image), time.monotonic())
             self._inflight += 1
             self._cond.notify_all()
             return True
@@ -110,10 +225,21 @@ class BatchingEngine(Generic[K]):
             self._cond.notify_all()
             return out
 
-    def close(self, timeout: float | None = None) -> None:
-        """Finish the queued pages (their results stay pollable) and stop the thread."""
+    def flush(self) -> None:
+        """Send the pages waiting now to the engine without waiting for fuller batches (pages
+        submitted before they are all taken go along)."""
+        with self._cond:
+            self._flushing = bool(self._queue)
+            self._cond.notify_all()
+
+    def close(self, timeout: float | None = None, *, cancel: bool = False) -> None:
+        """Finish the queued pages (their results stay pollable) and stop the thread; with
+        ``cancel``, only the batch in the engine is finished and the others are dropped."""
         with self._cond:
             self._closing = True
+            if cancel:
+                self._inflight -= len(self._queue)
+                self._queue.drain()
             self._cond.notify_all()
         self._thread.join(timeout)
 
@@ -129,7 +255,8 @@ class BatchingEngine(Generic[K]):
         self.close()
 
     def run(self, pages: Iterable[tuple[K, Any]] | queue.Queue[Any]) -> Iterator[tuple[K, PageOCR]]:
-        """Feed ``pages`` (an iterable, or a queue ended by ``None``) and yield every result."""
+        """Feed ``pages`` (an iterable, or a queue ended by ``None``) from a thread and yield
+        every result; the last pages go to the engine as soon as the input ends."""
         feeder_error: list[BaseException] = []
         fed = threading.Event()
 
@@ -141,8 +268,7 @@ class BatchingEngine(Generic[K]):
                 feeder_error.append(e)
             finally:
                 fed.set()
-                with self._cond:
-                    self._cond.notify_all()
+                self.flush()
 
         feeder = threading.Thread(target=feed, name="ocr-feeder", daemon=True)
         feeder.start()
@@ -162,64 +288,44 @@ class BatchingEngine(Generic[K]):
         if self._error is not None:
             raise self._error
 
+    def _next_batch(self) -> list[tuple[K, Any]] | None:
+        """Wait until a batch is due (or the queue is to be emptied); None when closed."""
+        with self._cond:
+            while True:
+                if self._queue:
+                    if self._closing or self._flushing or self._queue.due(time.monotonic()):
+                        batch = self._queue.take()
+                        self._flushing = self._flushing and bool(self._queue)
+                        return batch
+                else:
+                    self._flushing = False
+                    if self._closing:
+                        return None
+                deadline = self._queue.deadline()
+                self._cond.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
     def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    if self._pending and (self._closing or self._due()):
-                        break
-                    if self._closing and not self._pending:
-                        return
-                    wait = None
-                    if self._pending:
-                        wait = max(0.0, self._pending[0][0] + self.max_wait_s - time.monotonic())
-                    self._cond.wait(wait)
-                n = min(self.max_batch, len(self._pending))
-                batch = [self._pending.popleft() for _ in range(n)]
+        while (batch := self._next_batch()) is not None:
+            started = time.perf_counter()
             try:
-                results = self._run([image for _, _, image in batch])
-            except FatalError as e:
-                log.error("OCR engine failed fatally: %s", e)
+                results = recognize_batch(
+                    self.engine, [image for _, image in batch], retries=self.retries
+                )
+                if self._on_batch is not None:
+                    self._on_batch(len(batch), time.perf_counter() - started)
+            except Exception as e:  # a FatalError (or a bug): stop, and tell the caller
+                if isinstance(e, FatalError):
+                    log.error("OCR engine failed fatally: %s", e)
+                else:
+                    log.exception("the batching thread failed")
                 with self._cond:
                     self._error = e
                     self._closing = True
                     self._cond.notify_all()
                 return
             with self._cond:
-                self._done.extend((key, r) for (_, key, _), r in zip(batch, results, strict=True))
+                self._done.extend((key, r) for (key, _), r in zip(batch, results, strict=True))
                 self._cond.notify_all()
-
-    def _due(self) -> bool:
-        if len(self._pending) >= self.max_batch:
-            return True
-        return time.monotonic() >= self._pending[0][0] + self.max_wait_s
-
-    def _run(self, images: list[Any]) -> list[PageOCR]:
-        try:
-            results = self.engine.recognize(images)
-            if len(results) != len(images):
-                raise RuntimeError(f"{len(results)} results for {len(images)} pages")
-            return results
-        except FatalError:
-            raise
-        except MemoryError as e:
-            code, message = "engine_out_of_memory", str(e) or "MemoryError"
-        except Exception as e:  # noqa: BLE001 - an engine failure fails pages, not the stream
-            code, message = "engine_error", f"{type(e).__name__}: {e}"
-        log.warning("engine failed on a batch of %d pages: %s", len(images), message)
-        if len(images) == 1:
-            return [
-                PageOCR(
-                    width=0,
-                    height=0,
-                    lines=(),
-                    status="failed",
-                    error_code=code,
-                    error_message=message,
-                )
-            ]
-        mid = len(images) // 2
-        return self._run(images[:mid]) + self._run(images[mid:])
 
 
 def _items(pages: Iterable[tuple[K, Any]] | queue.Queue[Any]) -> Iterator[tuple[K, Any]]:

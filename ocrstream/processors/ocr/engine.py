@@ -9,7 +9,8 @@ drawn from all pages at once → CTC → lines below ``min_confidence`` dropped.
 A page that cannot be decoded or is over the pixel limit comes back ``failed`` with a reason
 code; a page with no text comes back ``empty``; nothing about one page fails another. An error
 of the inference backend itself (out of memory, a broken device) raises, so the caller may retry
-or split the batch; :class:`~ocrstream.errors.FatalError` means the process should stop.
+or split the batch (:mod:`ocrstream.processors.ocr.batching` does both, for every caller);
+:class:`~ocrstream.errors.FatalError` means the process should stop.
 
 The engine holds loaded sessions and nothing else that changes: a call allocates its own
 buffers. A lock makes concurrent callers take turns.
@@ -18,13 +19,11 @@ buffers. A lock makes concurrent callers take turns.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
 import cv2
 import numpy as np
@@ -51,7 +50,6 @@ log = logging.getLogger(__name__)
 
 ImageBGR = npt.NDArray[np.uint8]
 PageInput = bytes | bytearray | memoryview | npt.NDArray[np.generic]
-K = TypeVar("K")
 
 CLS_SHAPE = (48, 192)
 # Backends that run on the CPU here: their rec model gets the compact CTC head
@@ -380,22 +378,3 @@ class OcrEngine:
             timings_ms={k: round(v, 2) for k, v in page.ms.items()},
             skew=page.skew,
         )
-
-    # --- streaming --------------------------------------------------------------------------
-
-    def stream(
-        self,
-        pages: Iterable[tuple[K, PageInput]] | queue.Queue[Any],
-        *,
-        max_batch: int = 16,
-        max_wait_s: float = 0.05,
-    ) -> Iterator[tuple[K, PageOCR]]:
-        """Recognise pages as they arrive (an iterable of ``(key, image)``, or a queue of them
-        ended by ``None``); yield ``(key, result)`` as each batch completes, in that order."""
-        from ocrstream.processors.ocr.batching import BatchingEngine
-
-        batcher: BatchingEngine[K] = BatchingEngine(
-            self, max_batch=max_batch, max_wait_s=max_wait_s, max_inflight=max(64, 4 * max_batch)
-        )
-        with batcher:
-            yield from batcher.run(pages)
