@@ -117,7 +117,7 @@ from ocrstream.bench.cer import CerCounts, page_cer
 from ocrstream.bench.datasets import load_sroie
 from ocrstream.bench.engine import machine
 from ocrstream.processors.ocr.engine import OcrEngine
-from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
+from ocrstream.bench.device_pipeline import DevicePipeline
 from ocrstream.settings import OcrSettings
 
 data, out_path = Path(sys.argv[1]), Path(sys.argv[2])

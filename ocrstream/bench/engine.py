@@ -7,8 +7,11 @@ waits at a barrier for its siblings, then runs its pages; throughput is all page
 span from the barrier to the last child's end.
 
 - **ocrstream**: ``OcrEngine.recognize`` on ``batch`` encoded pages per call (decoding is a
-  timed stage of the engine). With ``device_pipeline`` (torch on CUDA) the pages go through
-  :class:`~ocrstream.processors.ocr.gpu_preprocess.DevicePipeline` instead: nvjpeg decode and
+  timed stage of the engine), through the worker's micro-batcher
+  (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`): the next pages are read while
+  a batch runs, and a page that breaks the engine fails alone (logged; its text counts as
+  missed). With ``device_pipeline`` (torch on CUDA) the pages go through
+  :class:`~ocrstream.bench.device_pipeline.DevicePipeline` instead: nvjpeg decode and
   everything up to CTC on the GPU.
 - **rapidocr** (when importable): RapidOCR 3.10 with the SAME det/rec files, the same thread
   count per process (onnxruntime intra-op threads, one inter-op), no classifier; its other
@@ -32,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,8 @@ from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
 
 ENGINES = ("ocrstream", "rapidocr", "tesseract")
+# How long ocrstream's first pages wait for a full batch (the pages are read far faster).
+BATCH_WAIT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,7 @@ class EngineRun:
 
 
 def _ocrstream_runner(cfg: BenchConfig) -> Any:
+    from ocrstream.processors.ocr.batching import BatchingEngine, PageEngine
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.settings import OcrSettings
 
@@ -97,21 +103,22 @@ def _ocrstream_runner(cfg: BenchConfig) -> Any:
         precision=cfg.precision,
         **cfg.extra_settings,
     )
-    engine = OcrEngine(settings)
+    engine: PageEngine = OcrEngine(settings)
     if cfg.device_pipeline:
-        from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
+        from ocrstream.bench.device_pipeline import DevicePipeline
 
-        pipeline = DevicePipeline.from_engine(engine)
+        engine = DevicePipeline.from_engine(engine)
+    batch = max(1, cfg.batch)
 
-        def run_device(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
-            return [_page_lines(p) for p in pipeline.recognize(blobs)]
+    def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        batcher: BatchingEngine[int] = BatchingEngine(
+            engine, max_batch=batch, max_wait_s=BATCH_WAIT_S, max_inflight=2 * batch, retries=0
+        )
+        with batcher:
+            pages = dict(batcher.run(enumerate(blobs)))
+        return [_page_lines(pages[i]) for i in range(len(pages))]
 
-        return run_device, cfg.batch
-
-    def run(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
-        return [_page_lines(p) for p in engine.recognize(blobs)]
-
-    return run, cfg.batch
+    return run, batch
 
 
 def _page_lines(page: Any) -> tuple[list[TextLine], dict[str, float]]:
@@ -140,7 +147,7 @@ def _rapidocr_runner(cfg: BenchConfig) -> Any:
         params["Rec.rec_keys_path"] = str(verify(spec.dict_file))
     engine = RapidOCR(params=params)
 
-    def run(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+    def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
         out = []
         for blob in blobs:
             r: Any = engine(blob)
@@ -162,7 +169,7 @@ def _rapidocr_runner(cfg: BenchConfig) -> Any:
 def _tesseract_runner(cfg: BenchConfig) -> Any:
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
 
-    def run(blobs: list[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+    def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
         out: list[tuple[list[TextLine], dict[str, float]]] = []
         for blob in blobs:
             proc = subprocess.run(
@@ -225,10 +232,7 @@ def _child(
         queue.put({"error": "a sibling process failed to start"})
         return
     start = time.time()
-    results: list[Any] = []
-    for i in range(0, len(paths), max(1, batch)):
-        chunk = [Path(p).read_bytes() for p in paths[i : i + batch]]
-        results.extend(run(chunk))
+    results = run(Path(p).read_bytes() for p in paths)
     end = time.time()
     queue.put(
         {

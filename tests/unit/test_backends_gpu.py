@@ -226,8 +226,8 @@ def rendered_page() -> bytes:
 @pytest.mark.slow
 def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
     """onnxruntime and torch (CPU, fp32), and the device pipeline on CPU, read the same."""
+    from ocrstream.bench.device_pipeline import DevicePipeline
     from ocrstream.processors.ocr.engine import OcrEngine
-    from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
     from ocrstream.settings import OcrSettings
 
     ort_page = OcrEngine(
@@ -244,7 +244,7 @@ def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
         assert word in joined
 
 
-# --------------------------------------------------------------------------- gpu_preprocess
+# --------------------------------------------------------------------------- device_pipeline
 
 
 @needs_torch
@@ -253,7 +253,7 @@ def test_one_pass_crop_matches_opencv_warp_then_resize() -> None:
 
     import cv2
 
-    from ocrstream.processors.ocr import gpu_preprocess as gp
+    from ocrstream.bench import device_pipeline as dp
 
     rng = np.random.default_rng(0)
     img = np.asarray(
@@ -268,7 +268,7 @@ def test_one_pass_crop_matches_opencv_warp_then_resize() -> None:
         ],
         np.float32,
     )
-    crops = gp.crop_lines(gp.from_numpy(img, "cpu"), quads, height=48, max_width=3200)
+    crops = dp.crop_lines(dp.from_numpy(img, "cpu"), quads, height=48, max_width=3200)
     for quad, crop in zip(quads, crops, strict=True):
         w = round(max(np.linalg.norm(quad[0] - quad[1]), np.linalg.norm(quad[2] - quad[3])))
         h = round(max(np.linalg.norm(quad[0] - quad[3]), np.linalg.norm(quad[1] - quad[2])))
@@ -289,8 +289,8 @@ def test_one_pass_crop_matches_opencv_warp_then_resize() -> None:
 def test_det_tensor_matches_the_cpu_normalisation() -> None:
     import cv2
 
+    from ocrstream.bench import device_pipeline as dp
     from ocrstream.processors.ocr import det as det_mod
-    from ocrstream.processors.ocr import gpu_preprocess as gp
 
     rng = np.random.default_rng(3)
     blurred = cv2.GaussianBlur((rng.random((400, 300, 3)) * 255).astype(np.uint8), (7, 7), 2)
@@ -298,7 +298,7 @@ def test_det_tensor_matches_the_cpu_normalisation() -> None:
     params = det_mod.DetParams()
     shape = det_mod.det_shape(400, 300, params)
     want = det_mod.normalise(img, shape, params)
-    got = gp.det_tensor([gp.from_numpy(img, "cpu")], shape, params.mean, params.std)[0].numpy()
+    got = dp.det_tensor([dp.from_numpy(img, "cpu")], shape, params.mean, params.std)[0].numpy()
     assert got.shape == want.shape
     assert np.abs(got - want).mean() < 0.02
 
@@ -307,7 +307,7 @@ def test_det_tensor_matches_the_cpu_normalisation() -> None:
 def test_ctc_on_device_arrays() -> None:
     import torch
 
-    from ocrstream.processors.ocr.gpu_preprocess import ctc_collapse, ctc_greedy
+    from ocrstream.bench.device_pipeline import ctc_collapse, ctc_greedy
 
     probs = torch.zeros(2, 6, 4)
     for t, c in enumerate([1, 1, 0, 1, 2, 2]):
@@ -323,7 +323,7 @@ def test_ctc_on_device_arrays() -> None:
 def test_host_decode_of_jpeg_and_png() -> None:
     import cv2
 
-    from ocrstream.processors.ocr.gpu_preprocess import decode_images
+    from ocrstream.bench.device_pipeline import decode_images
 
     img = np.zeros((20, 30, 3), np.uint8)
     img[:, :, 2] = 255  # red in BGR
@@ -559,8 +559,8 @@ def test_paddle_backend_without_paddle_is_fatal(tmp_path: Path) -> None:
 @needs_cuda
 @needs_torch
 def test_torch_cuda_matches_onnxruntime_text(rendered_page: bytes) -> None:
+    from ocrstream.bench.device_pipeline import DevicePipeline
     from ocrstream.processors.ocr.engine import OcrEngine
-    from ocrstream.processors.ocr.gpu_preprocess import DevicePipeline
     from ocrstream.settings import OcrSettings
 
     want = [
@@ -584,7 +584,7 @@ def test_torch_cuda_matches_onnxruntime_text(rendered_page: bytes) -> None:
 def test_nvjpeg_decode_matches_host_decode() -> None:
     import cv2
 
-    from ocrstream.processors.ocr.gpu_preprocess import decode_images
+    from ocrstream.bench.device_pipeline import decode_images
 
     img = (np.random.default_rng(7).random((64, 96, 3)) * 255).astype(np.uint8)
     jpg = bytes(cv2.imencode(".jpg", img)[1])

@@ -23,9 +23,9 @@ Two ways in:
 - :meth:`TorchSession.run_torch` keeps everything on the device: a tensor in (any float
   dtype, on any device: it is moved to the session's device and dtype), a float32 tensor on
   the session's device out. The caller's current stream waits for the session's stream, so
-  the result may be used at once. :mod:`ocrstream.processors.ocr.gpu_preprocess` produces
-  such tensors (nvjpeg decode, resize, normalise, perspective crops) so pages stay on the GPU
-  from decode to CTC.
+  the result may be used at once. :mod:`ocrstream.bench.device_pipeline` produces such
+  tensors (nvjpeg decode, resize, normalise, perspective crops) so pages stay on the GPU from
+  decode to CTC.
 
 A CUDA device that was asked for and is missing is a :class:`FatalError`, never a fallback.
 """

@@ -1,7 +1,16 @@
-"""Pre- and post-processing on the GPU with torch, so pages stay on the device from decode to CTC.
+"""An experiment for ``ocrstream bench engine --device-pipeline``: pages on the GPU from decode
+to CTC, with torch.
+
+Why it is here, under ``bench/``, and not in the engine: only the benchmark runs it. Beside the
+engine's GPU path (:class:`~ocrstream.processors.ocr.engine.OcrEngine` on the torch or TensorRT
+backend, whose sessions already run on the device) it lacks the page orientation, deskew and
+line classifier the engine has, and it has not been measured on a GPU yet (docs/benchmarks.md),
+so it cannot replace that path without reading less for a speed no one has seen. The day a
+measurement shows it faster at the same text, it moves to ``processors/ocr/`` as the engine's
+device path, with those stages.
 
 The CPU engine does these steps with OpenCV and numpy; this module does the same steps on
-tensors, for the torch (and TensorRT) backends' device path
+tensors, through the torch (and TensorRT) sessions' device path
 (:meth:`~ocrstream.processors.ocr.backends.torch_backend.TorchSession.run_torch`):
 
 1. :func:`decode_images`: JPEG bytes are decoded with nvjpeg
@@ -38,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.errors import FatalError, PoisonError
+from ocrstream.processors.ocr.types import EngineInfo
 
 if TYPE_CHECKING:
     import torch
@@ -344,6 +354,7 @@ class DevicePipeline:
         rec_batch: int,
         min_confidence: float = 0.5,
         device: str = "cuda",
+        info: EngineInfo | None = None,
     ) -> None:
         for session in (det, rec):
             if not hasattr(session, "run_torch"):
@@ -355,6 +366,7 @@ class DevicePipeline:
         self.det_batch, self.rec_batch = max(1, det_batch), max(1, rec_batch)
         self.min_confidence = min_confidence
         self.device = getattr(det, "device", device)
+        self._info = info or EngineInfo("device-pipeline", "", "", str(self.device))
         # DB post-processing of a det batch's pages in parallel (OpenCV releases the GIL)
         self._pool = ThreadPoolExecutor(
             max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="db-post"
@@ -374,7 +386,12 @@ class DevicePipeline:
             rec_batch=settings.rec_batch,
             min_confidence=settings.min_confidence,
             device=settings.device,
+            info=engine.info,
         )
+
+    @property
+    def info(self) -> EngineInfo:
+        return self._info
 
     def _sync(self) -> None:
         torch = _torch()
