@@ -5,7 +5,6 @@ A quad is a float32 array of shape (4, 2), clockwise from top-left, in (x, y) pi
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import cv2
@@ -73,12 +72,6 @@ def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:
     if ch >= VERTICAL_RATIO * cw:
         crop = np.rot90(crop)
     return np.ascontiguousarray(crop)
-
-
-def quad_angle(quad: Quad) -> float:
-    """The angle of the quad's top edge in degrees (positive: clockwise on screen)."""
-    dx, dy = (quad[1] - quad[0]).tolist()
-    return math.degrees(math.atan2(dy, dx))
 
 
 def rotate_page(image: ImageBGR, quarter_turns: int) -> ImageBGR:

@@ -72,14 +72,10 @@ _EXTRAS = {
 }
 
 
-def is_cuda(device: str) -> bool:
-    return device.strip().lower().startswith(("cuda", "gpu"))
-
-
 def resolve(settings: OcrSettings) -> str:
     """The backend module key for the settings (``auto`` decided here, see the docstring)."""
     backend = OcrBackend(settings.backend)
-    cuda = is_cuda(settings.device)
+    cuda = not settings.on_cpu
     if backend is OcrBackend.AUTO:
         if cuda:
             return "tensorrt" if importlib.util.find_spec("tensorrt") else "torch"
@@ -120,9 +116,9 @@ def create(settings: OcrSettings) -> Backend:
 def session_options(settings: OcrSettings, **shape: Any) -> SessionOptions:
     """The per-model options from the settings (CPU runs in fp32 unless bf16 is asked for)."""
     precision = (
-        settings.precision
-        if is_cuda(settings.device)
-        else ("bf16" if settings.precision == "bf16" else "fp32")
+        ("bf16" if settings.precision == "bf16" else "fp32")
+        if settings.on_cpu
+        else settings.precision
     )
     return SessionOptions(
         device=settings.device,
