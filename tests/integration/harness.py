@@ -10,7 +10,8 @@
 - :func:`fake_doc` and :func:`text_doc` make small multi-page scans whose text is known: for
   the fake engine the size of each page image is unique (it reads back ``page WxH``), for the
   real engine each page carries its own printed line.
-- :func:`assert_exactly_once` and :func:`assert_complete` state the guarantees of DESIGN.md:
+- :func:`assert_exactly_once` and :func:`assert_complete` state the guarantees of
+  docs/architecture.md ("Guarantees"):
   every doc_id ends in exactly one terminal DocumentEvent; a completed document has every
   page, each with its own text.
 """
@@ -58,6 +59,7 @@ from ocrstream.settings import KafkaSettings
 from ocrstream.storage import ObjectStore
 from ocrstream.streams import topics as t
 from tests import samples
+from tests.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -69,18 +71,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def wait_until(
-    condition: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2
-) -> float:
-    """Poll ``condition`` until it holds; returns the seconds it took, fails with ``what``."""
-    start = time.monotonic()
-    while not condition():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)
-    return time.monotonic() - start
 
 
 # --- the agents -------------------------------------------------------------------------------
@@ -299,6 +289,7 @@ class Witness:
         self.tasks: list[Seen] = []
         self._follow = [t.DOCUMENTS, t.PAGE_RESULTS, t.DLQ] + ([t.PAGES] if tasks else [])
         self.undecodable: list[tuple[str, bytes]] = []
+        self._read: dict[tuple[str, int], int] = {}  # (topic, partition) → last offset read
         self._stop = threading.Event()
         self._consumer = Consumer(kafka.librdkafka(**{
             "group.id": f"harness-witness-{uuid.uuid4().hex[:8]}",
@@ -329,6 +320,8 @@ class Witness:
                 if msg is None or msg.error() is not None:
                     continue
                 topic = msg.topic() or ""
+                with self._lock:
+                    self._read[(topic, msg.partition() or 0)] = msg.offset() or 0
                 try:
                     record = self.codec.decode(msg.value() or b"")
                 except PoisonError:
@@ -380,6 +373,13 @@ class Witness:
         with self._lock:
             return [s.record for s in self.letters if isinstance(s.record, DeadLetter)]
 
+    def has_read(self, logical_topic: str, ends: Mapping[int, int]) -> bool:
+        """Whether every record below ``ends`` (partition → end offset, from
+        :func:`end_offsets`) has been read, decodable or not."""
+        topic = self.kafka.topic(logical_topic)
+        with self._lock:
+            return all(self._read.get((topic, p), -1) >= end - 1 for p, end in ends.items())
+
     def done(self, doc_ids: Iterable[str]) -> int:
         """How many of ``doc_ids`` have a terminal event."""
         terminal = self.terminal()
@@ -395,8 +395,11 @@ class Witness:
                 pipeline.assert_alive()
             return self.done(wanted) == len(wanted)
 
+        started = time.monotonic()
         try:
-            return wait_until(check, timeout_s, f"terminal events of {len(wanted)} documents")
+            wait_until(check, timeout_s, f"terminal events of {len(wanted)} documents",
+                       interval_s=0.2)  # fmt: skip
+            return time.monotonic() - started
         except AssertionError as e:
             missing = sorted(wanted - set(self.terminal()))
             raise AssertionError(f"{e}: {len(missing)} missing, e.g. {missing[:5]}") from None
@@ -409,13 +412,16 @@ class Witness:
                 return len(self.events) + len(self.results) + len(self.letters)
 
         last, since = count(), time.monotonic()
-        deadline = since + timeout_s
-        while time.monotonic() - since < seconds:
-            assert time.monotonic() < deadline, "the pipeline never went quiet"
-            time.sleep(0.25)
+
+        def settled() -> bool:
+            nonlocal last, since
             now = count()
             if now != last:
                 last, since = now, time.monotonic()
+            return time.monotonic() - since >= seconds
+
+        wait_until(settled, timeout_s, f"the pipeline to stay quiet for {seconds:g}s",
+                   interval_s=0.25)  # fmt: skip
 
 
 class Committed:
@@ -433,8 +439,78 @@ class Committed:
         """partition → the next offset the group will read (-1001: nothing committed)."""
         return {tp.partition: tp.offset for tp in self._consumer.committed(self._tps, timeout=10)}
 
+    def lag(self) -> int:
+        """Records on the topic the group has not committed (all of a partition it never
+        committed on): 0 once it has processed everything there is."""
+        marks = watermarks(self._consumer, self.topic)
+        return sum(marks[p][1] - (offset if offset >= 0 else marks[p][0])
+                   for p, offset in self.offsets().items())  # fmt: skip
+
     def close(self) -> None:
         self._consumer.close()
+
+
+def wait_all_consumed(kafka: KafkaSettings, timeout_s: float = 60.0) -> None:
+    """Wait until the splitter, the OCR workers and the assembler have committed every record
+    on their input topics, so whatever they publish for those records has been published
+    (each agent commits a record only after its outputs are delivered)."""
+    from ocrstream.settings import AssemblerSettings, SplitterSettings, WorkerSettings
+
+    groups = {SplitterSettings().app_id: t.SCANS, WorkerSettings().group: t.PAGES,
+              AssemblerSettings().app_id: t.PAGE_RESULTS}  # fmt: skip
+    inputs = [Committed(kafka, kafka.topic(group), topic) for group, topic in groups.items()]
+    try:
+        wait_until(lambda: all(c.lag() == 0 for c in inputs), timeout_s,
+                   "every agent to commit all of its input", interval_s=0.5)  # fmt: skip
+    finally:
+        for c in inputs:
+            c.close()
+
+
+# --- reading topics ---------------------------------------------------------------------------
+
+
+def watermarks(consumer: Consumer, topic: str) -> dict[int, tuple[int, int]]:
+    """partition → (low, high) watermark offsets of ``topic`` (a full name)."""
+    md = consumer.list_topics(topic, timeout=30)
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            for p in md.topics[topic].partitions}  # fmt: skip
+
+
+def end_offsets(kafka: KafkaSettings, logical_topic: str) -> dict[int, int]:
+    """partition → the offset the next record will get: what is on the topic as of now."""
+    consumer = Consumer(kafka.librdkafka(**{"group.id": "harness-end-offsets"}))
+    try:
+        marks = watermarks(consumer, kafka.topic(logical_topic))
+    finally:
+        consumer.close()
+    return {p: high for p, (_, high) in marks.items()}
+
+
+def read_all(kafka: KafkaSettings, logical_topic: str, codec: Codec) -> list[object]:
+    """Every record of a topic, decoded, from the beginning to its end as of now."""
+    consumer = Consumer(
+        kafka.librdkafka(**{"group.id": "test-reader", "enable.auto.commit": False})
+    )
+    topic = kafka.topic(logical_topic)
+    ends = {p: high for p, (_, high) in watermarks(consumer, topic).items()}
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+    out: list[object] = []
+    remaining = {p for p, end in ends.items() if end > 0}
+
+    def read_to_the_end() -> bool:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            out.append(codec.decode(msg.value()))
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                remaining.discard(msg.partition())
+        return not remaining
+
+    try:
+        wait_until(read_to_the_end, 30, f"every record of {topic}", interval_s=0)
+    finally:
+        consumer.close()
+    return out
 
 
 # --- raw records ----------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from ocrstream.streams import topics as t
 from ocrstream.streams.autoscaler import GroupLag, LocalAutoscaler, spawn_worker
 from ocrstream.streams.metrics import Metrics
 from tests import samples
-from tests.integration.test_pipeline import read_all
+from tests.integration.harness import read_all
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -89,18 +90,13 @@ def test_backlog_scales_up_and_idle_scales_down(
 
     def decide() -> Any:
         """One tick that read the lag (a read can fail while leaders move: retried)."""
-        deadline = time.monotonic() + 30
-        while (decision := scaler.tick()) is None:
-            assert time.monotonic() < deadline, "the lag stayed unreadable"
-            time.sleep(1)
-        return decision
+        return wait_until(scaler.tick, 30, "a tick that could read the lag", interval_s=1)
 
     # Idle: the minimum, one worker; wait until it consumes (models loaded, in the group).
     decide()
     assert scaler.replicas == 1
-    deadline = time.monotonic() + 120
-    while members(admin, group) < 1 and time.monotonic() < deadline:
-        time.sleep(1)
+    wait_until(lambda: members(admin, group) >= 1, 120, "the worker to join the group",
+               interval_s=1)  # fmt: skip
     assert members(admin, group) == 1
     assert gauge("ocrstream_autoscaler_replicas") == 1
 
@@ -121,7 +117,8 @@ def test_backlog_scales_up_and_idle_scales_down(
     assert gauge("ocrstream_autoscaler_decisions_total", direction="up") == 2  # 0->1, 1->2
     assert (gauge("ocrstream_autoscaler_lag") or 0) > THRESHOLD
 
-    # Run the loop until it has scaled back down to one worker.
+    # Run the loop until it has scaled back down to one worker: the test is the autoscaler's
+    # loop here, ticking once a second as `ocrstream scale --interval 1` would.
     history: list[Tick] = []
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -146,10 +143,8 @@ def test_backlog_scales_up_and_idle_scales_down(
     assert down_at - last_busy >= STABILISATION_S - 2, trace
 
     # The stopped worker left the group; every page of the backlog has its result.
-    deadline = time.monotonic() + 60
-    while members(admin, group) != 1 and time.monotonic() < deadline:
-        time.sleep(1)
-    assert members(admin, group) == 1
+    wait_until(lambda: members(admin, group) == 1, 60, "the stopped worker to leave the group",
+               interval_s=1)  # fmt: skip
     done = {(r.doc_id, r.page_no) for r in read_all(kafka, t.PAGE_RESULTS, codec)
             if isinstance(r, PageResult)}  # fmt: skip
     assert done == {("backlog", p) for p in range(1, BACKLOG + 1)}

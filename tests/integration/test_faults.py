@@ -1,4 +1,4 @@
-"""The guarantees of DESIGN.md under faults, on the real Kafka and S3 store.
+"""The guarantees of docs/architecture.md under faults, on the real Kafka and S3 store.
 
 Each test runs a load of at least 50 multi-page documents through the agents as processes
 (:mod:`tests.integration.harness`) and injects faults while it runs; each ends by asserting
@@ -46,6 +46,7 @@ from tests.integration.harness import (
     Witness,
     assert_complete,
     assert_exactly_once,
+    end_offsets,
     fake_doc,
     long_doc,
     poison_for,
@@ -53,8 +54,8 @@ from tests.integration.harness import (
     scan_record,
     service_down,
     text_doc,
-    wait_until,
 )
+from tests.polling import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -86,7 +87,7 @@ class Submitter(threading.Thread):
             for doc in self.docs:
                 self.client.submit(doc.data, doc_id=doc.doc_id, outputs=FAST_OUTPUTS)
                 self.submitted.append((time.monotonic(), doc.doc_id))
-                time.sleep(self.interval_s)
+                time.sleep(self.interval_s)  # pacing on purpose: a steady load, not a burst
         except Exception as e:  # noqa: BLE001 -- reported by finish()
             self.error = e
 
@@ -147,8 +148,12 @@ def test_agent_crashes_duplicates_and_poison_under_load(
     wait_until(worker_busy, 120, "the worker to be in the middle of a batch", interval_s=0.05)
     old_worker = pipeline["worker"].pid
     assert pipeline.kill("worker") == SIGKILL
+    # Every result the dead worker delivered is read before its successor starts, so every
+    # result the witness sees from then on is the new worker's.
+    delivered = end_offsets(topics, t.PAGE_RESULTS)
+    wait_until(lambda: witness.has_read(t.PAGE_RESULTS, delivered), 60,
+               "the witness to read the killed worker's last results")  # fmt: skip
     killed_worker_at = time.monotonic()
-    time.sleep(1.0)
     pipeline.start("worker")
     new_worker = pipeline["worker"].pid
 
@@ -300,7 +305,7 @@ def test_broker_restart_under_load(
         done_ids = [d for d in ids if d in witness.terminal()]
         done_before = len(done_ids)
         submitted_before = submitter.count()
-        time.sleep(5)
+        time.sleep(5)  # the fault itself: the broker stays down for 5 s
         pipeline.assert_alive()
         new_broker = start()
         cpu = {n: pipeline.cpu_seconds(n) - cpu_before[n] for n in pipeline.agents}
@@ -370,7 +375,7 @@ def test_store_outage_under_load(
             paused = max(paused, value or 0.0)
             samples.append((time.monotonic() - began, pipeline.cpu_seconds("worker"),
                             len(witness.page_results())))  # fmt: skip
-            time.sleep(1.0)
+            time.sleep(1.0)  # one sample a second through the outage (a measurement)
         cpu = {n: pipeline.cpu_seconds(n) - cpu_before[n] for n in pipeline.agents}
         outage = time.monotonic() - began
         done_during = witness.done(ids) - done_before

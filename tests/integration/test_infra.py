@@ -16,6 +16,7 @@ from ocrstream.cli import main
 from ocrstream.schemas import Codec, ScanSource, ScanSubmitted
 from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
 from ocrstream.streams.topics import SCANS, SPECS, delete_topics, ensure_topics
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +49,13 @@ def test_infra_up_again_is_a_no_op(services: ServicesSettings) -> None:
 def test_prometheus_scrapes_itself(services: ServicesSettings) -> None:
     query = urllib.parse.urlencode({"query": 'up{job="prometheus"}'})
     url = f"http://127.0.0.1:{services.prometheus_port}/api/v1/query?{query}"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def up() -> bool:
         with urllib.request.urlopen(url, timeout=5) as resp:
-            body = json.load(resp)
-        results = body["data"]["result"]
-        if results and results[0]["value"][1] == "1":
-            break
-        assert time.monotonic() < deadline, body
-        time.sleep(1)
+            results = json.load(resp)["data"]["result"]
+        return bool(results) and results[0]["value"][1] == "1"
+
+    wait_until(up, 30, "Prometheus to have scraped itself", interval_s=1)
 
 
 def test_s3_put_and_get(services: ServicesSettings, s3_settings: S3Settings) -> None:
@@ -127,15 +126,16 @@ def test_kafka_round_trip_commit_and_lag(kafka_settings: KafkaSettings) -> None:
         )
         consumer.subscribe([topic])
         received: list[Message] = []
-        deadline = time.monotonic() + 60
-        try:
-            while len(received) < len(sent):
-                assert time.monotonic() < deadline, f"got {len(received)} of {len(sent)}"
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
+
+        def read_all_sent() -> bool:
+            msg = consumer.poll(1.0)
+            if msg is not None:
                 assert msg.error() is None, msg.error()
                 received.append(msg)
+            return len(received) >= len(sent)
+
+        try:
+            wait_until(read_all_sent, 60, f"the {len(sent)} records back", interval_s=0)
             # Commit only the first three: two records stay unconsumed as far as the group knows.
             for msg in received[:3]:
                 consumer.commit(message=msg, asynchronous=False)

@@ -7,7 +7,8 @@ assembler 9102, lag exporter 9103, the local autoscaler 9104 and the OCR worker 
 with a broken page, one that is not a PDF, and undecodable records for the dead-letter
 topic), and then:
 
-- every agent serves the DESIGN.md metrics it is responsible for, as Prometheus stores them;
+- every agent serves the metrics docs/architecture.md ("Metrics") makes it responsible for,
+  as Prometheus stores them;
 - every PromQL expression of the dashboards and of the recording rules returns data over the
   run (a range query), the recorded series exist, and the alert expressions evaluate — only
   the dead-letter alert holding, since dead letters were sent;
@@ -56,6 +57,7 @@ from ocrstream.streams.gpu_metrics import cuda_index
 from ocrstream.streams.supervisor import AgentSpec, Supervisor, ocrstream_command
 from ocrstream.streams.topics import delete_topics, ensure_topics
 from tests import hostile, samples
+from tests.polling import wait_until
 from tests.promql import ROOT, metric_names, promql_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -63,7 +65,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 PROMETHEUS = "http://127.0.0.1:19090"
 JOBS = {"splitter": "9101", "assembler": "9102", "lag-exporter": "9103", "autoscaler": "9104",
         "ocr-worker": "9110"}  # fmt: skip
-# What each agent must serve (DESIGN.md "Metrics"; histograms by their _count).
+# What each agent must serve (docs/architecture.md "Metrics"; histograms by their _count).
 SERVED = {
     "splitter": ["ocrstream_pages_total", "ocrstream_documents_total",
                  "ocrstream_stage_seconds_count", "ocrstream_document_latency_seconds_count",
@@ -107,17 +109,6 @@ def has_numbers(result: list[dict[str, Any]]) -> bool:
     """At least one sample that is a number (not NaN): a panel that would show something."""
     values = [v for series in result for _, v in series.get("values", [series.get("value")])]
     return any(not math.isnan(float(v)) for v in values)
-
-
-def wait_for(what: str, check: Any, timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(every)
 
 
 def scalar(expr: str) -> float:
@@ -164,7 +155,7 @@ def ensure_prometheus_config() -> None:
     if not loaded():  # a rule file added since it started, or rendered and never reloaded
         request = urllib.request.Request(f"{PROMETHEUS}/-/reload", method="POST")
         urllib.request.urlopen(request, timeout=30).close()
-    wait_for("Prometheus to load the scrape config and the rules", loaded, 30)
+    wait_until(loaded, 30, "Prometheus to load the scrape config and the rules", interval_s=1)
     targets = {(t_["labels"]["job"], t_["scrapeUrl"]) for t_ in api("targets")["activeTargets"]}
     for job, port in JOBS.items():
         assert (job, f"http://127.0.0.1:{port}/metrics") in targets, (job, sorted(targets))
@@ -227,7 +218,7 @@ def drive(run: Run) -> None:
                    for job, port in JOBS.items())  # fmt: skip
 
     run.started = time.time()
-    wait_for("every agent to be up in Prometheus", all_up, 240, every=2)
+    wait_until(all_up, 240, "every agent to be up in Prometheus", interval_s=2)
 
     kafka = run.kafka
     junk = Producer(kafka.librdkafka())
@@ -240,9 +231,9 @@ def drive(run: Run) -> None:
             for i in range(3)}  # fmt: skip
     docs["truncated"] = hostile.truncated_pdf()  # a page that cannot be read: partial
     docs["not-a-pdf"] = hostile.not_a_pdf()  # failed
-    for doc_id, data in docs.items():  # spread over several scrapes
+    for doc_id, data in docs.items():
         client.submit(data, doc_id=doc_id)
-        time.sleep(3)
+        time.sleep(3)  # pacing on purpose: the counters rise over several scrapes (5 s apart)
     events = client.wait_many(list(docs), timeout_s=300)
     client.close()
     assert set(events) == set(docs), f"no terminal event for {set(docs) - set(events)}"
@@ -254,11 +245,40 @@ def drive(run: Run) -> None:
     # A second dead letter a few scrapes after the first: the DLQ counter *rises* in Prometheus.
     junk.produce(kafka.topic(t.SCANS), key=b"junk-2", value=b"\x00still not avro")
     assert junk.flush(10) == 0
-    wait_for("Prometheus to count every document and dead letter",
-             lambda: scalar("sum(ocrstream_documents_total)") == len(docs)
-             and scalar("sum(ocrstream_dlq_total)") == 3, 60)  # fmt: skip
-    time.sleep(11)  # two more scrapes and rule evaluations
+    wait_until(lambda: scalar("sum(ocrstream_documents_total)") == len(docs)
+               and scalar("sum(ocrstream_dlq_total)") == 3, 60,
+               "Prometheus to count every document and dead letter", interval_s=1)  # fmt: skip
+    # Two more scrapes of every agent, then a rule evaluation after them: the rates and the
+    # recorded series cover the end of the run.
+    counted = time.time()
+    wait_until(lambda: scrapes_since(counted) >= 2, 60, "two more scrapes of every agent",
+               interval_s=1)  # fmt: skip
+    scraped = time.time()
+    wait_until(lambda: rules_evaluated_at() > scraped, 60, "a rule evaluation after them",
+               interval_s=1)  # fmt: skip
     run.finished = time.time()
+
+
+def scrapes_since(since: float) -> int:
+    """The fewest scrapes any of the run's agents has had since ``since`` (a Unix time)."""
+    window = math.floor(time.time() - since)  # whole seconds, all of them after ``since``
+    if window < 1:
+        return 0
+    jobs = "|".join(JOBS)
+    counts = query(f'count_over_time(up{{job=~"{jobs}"}}[{window}s])')
+    if len(counts) < len(JOBS):
+        return 0
+    return min(int(float(series["value"][1])) for series in counts)
+
+
+def rules_evaluated_at() -> float:
+    """When Prometheus last evaluated the ocrstream rule group (a Unix time; 0: never)."""
+    from datetime import datetime
+
+    for group in api("rules")["groups"]:
+        if group["name"] == "ocrstream":
+            return datetime.fromisoformat(group["lastEvaluation"]).timestamp()
+    return 0.0
 
 
 # --- the tests ------------------------------------------------------------------------------------
@@ -416,7 +436,8 @@ def test_exported_lag_equals_the_admin_api(run: Run) -> None:
             return (exported, after) if before == after == exported else None
 
         try:
-            exported, computed = wait_for("the exporter to agree with the admin API", agree, 60)
+            exported, computed = wait_until(agree, 60, "the exporter to agree with the admin API",
+                                            interval_s=1)  # fmt: skip
         except AssertionError:
             raise AssertionError(
                 f"exported {exported_lag(url, kafka.topic_prefix)}\n"

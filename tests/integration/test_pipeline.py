@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pymupdf
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from ocrstream.bench.cer import levenshtein, normalise
 from ocrstream.client import OcrClient
@@ -30,7 +29,7 @@ from ocrstream.storage import ObjectStore
 from ocrstream.streams import topics as t
 from ocrstream.streams.supervisor import AgentSpec, Supervisor
 from tests import hostile, samples
-from tests.integration.harness import delete_internal_topics
+from tests.integration.harness import delete_internal_topics, read_all, wait_all_consumed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -75,30 +74,6 @@ def pipeline(
         log.close()
         print((tmp_path / "agents.log").read_text(errors="replace")[-6000:])
         delete_internal_topics(topics)
-
-
-def read_all(kafka: KafkaSettings, name: str, codec: Codec) -> list[object]:
-    """Every record of a topic, from the beginning to the end as of now."""
-    consumer = Consumer(
-        kafka.librdkafka(**{"group.id": "test-reader", "enable.auto.commit": False})
-    )
-    topic = kafka.topic(name)
-    md = consumer.list_topics(topic, timeout=10)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in md.topics[topic].partitions}  # fmt: skip
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-    out: list[object] = []
-    remaining = {p for p, end in ends.items() if end > 0}
-    deadline = time.monotonic() + 30
-    while remaining and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is None or msg.error():
-            continue
-        out.append(codec.decode(msg.value()))
-        if msg.offset() + 1 >= ends[msg.partition()]:
-            remaining.discard(msg.partition())
-    consumer.close()
-    return out
 
 
 def test_scans_become_searchable_documents(
@@ -155,8 +130,9 @@ def test_scans_become_searchable_documents(
         assert event.error.code == code, (name, event.error)
         assert not event.outputs
 
-    # Exactly one terminal event per document, the duplicate submission included.
-    time.sleep(3)
+    # Exactly one terminal event per document, the duplicate submission included: counted
+    # once every agent has committed all of its input, so that a second event would be there.
+    wait_all_consumed(kafka)
     terminal = Counter(
         r.doc_id for r in read_all(kafka, t.DOCUMENTS, codec) if isinstance(r, DocumentEvent)
     )
