@@ -16,14 +16,15 @@ T = TypeVar("T")
 
 
 def wait_until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     timeout_s: float,
     what: str,
     *,
     interval_s: float = 0.1,
     ignoring: tuple[type[BaseException], ...] = (),
 ) -> T:
-    """Poll ``condition`` every ``interval_s`` until its result is truthy, and return it.
+    """Poll ``condition`` every ``interval_s`` until its result is truthy, and return it
+    (``None`` and other falsy results mean "not yet").
 
     Exceptions of the types in ``ignoring`` count as "not yet" (a server that is still
     starting); the last one is chained to the failure. Raises :class:`AssertionError` naming

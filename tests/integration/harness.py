@@ -501,9 +501,10 @@ def read_all(kafka: KafkaSettings, logical_topic: str, codec: Codec) -> list[obj
     def read_to_the_end() -> bool:
         msg = consumer.poll(0.5)
         if msg is not None and not msg.error():
-            out.append(codec.decode(msg.value()))
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                remaining.discard(msg.partition())
+            out.append(codec.decode(msg.value() or b""))
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if offset + 1 >= ends[partition]:
+                remaining.discard(partition)
         return not remaining
 
     try:
