@@ -277,6 +277,10 @@ class SplitterSettings(BaseSettings):
     changelog_replication: int = 1
     store_backoff_s: float = 0.5
     store_backoff_max_s: float = 10.0
+    # the stall watch (ocrstream.streams.agent): how often it looks, and after how long
+    # without progress a partition with records behind it is read directly
+    stall_check_interval_s: float = 2.0
+    stall_after_s: float = 10.0
     metrics_port: int = 9101
     web_port: int = 6066
 
@@ -291,6 +295,10 @@ class AssemblerSettings(BaseSettings):
     scan_interval_s: float = 5.0
     store_backoff_s: float = 0.5
     store_backoff_max_s: float = 10.0
+    # the stall watch (ocrstream.streams.agent): how often it looks, and after how long
+    # without progress a partition with records behind it is read directly
+    stall_check_interval_s: float = 2.0
+    stall_after_s: float = 10.0
     metrics_port: int = 9102
     web_port: int = 6067
     changelog_replication: int = 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 import threading
 import time
@@ -202,6 +203,9 @@ def run(
 
     supervisor: Supervisor | None = None
     thread: threading.Thread | None = None
+    # SIGTERM (a CI job runner, `timeout`, systemd) unwinds like Ctrl-C, through the `finally`
+    # below that stops the agents: they drain, commit and leave their groups, never orphaned.
+    signal.signal(signal.SIGTERM, _interrupt)
     if not no_agents:
         settings = SupervisorSettings()
         logs = ServicesSettings().home / "logs"
@@ -213,9 +217,10 @@ def run(
         thread.start()
         console.print(f"agents started; their logs go to {logs / 'agents.log'}")
 
-    client = _client()
+    client: Any = None
     started = time.monotonic()
     try:
+        client = _client()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[state]}"), TimeElapsedColumn(),
                       console=console) as progress:  # fmt: skip
@@ -256,7 +261,8 @@ def run(
                 got = client.download(doc.doc_id, dirs[i])
                 doc.outputs = {k: str(v) for k, v in got.items()}
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         if supervisor is not None and thread is not None:
             console.print("stopping agents …")
             supervisor.stop()
@@ -265,6 +271,10 @@ def run(
     _report(docs, out_dir, wall, console)
     if any(doc.status in (None, "rejected") for doc in docs):
         sys.exit(1)
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _report(docs: Sequence[_Doc], out_dir: Path, wall: float, console: Any) -> None:

@@ -21,7 +21,6 @@ import asyncio
 import logging
 import ssl
 import tempfile
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -109,6 +108,71 @@ def pace_failed_metadata_updates() -> None:
     _METADATA_PACED = True
 
 
+_SEEK_PATCHED = False
+
+
+async def rewind_to_committed(consumer: Any, internal: Callable[[str], bool]) -> dict[Any, Any]:
+    """Seek every assigned partition back to where the group stands, including those where it
+    has not committed yet; returns the committed offsets (None where there is none).
+
+    The cause of records that faust never delivers (issue "scans that are never split"):
+    faust drains records out of aiokafka's fetcher and then discards some of them before its
+    agents see them — records of a partition it is not consuming yet (table recovery in
+    progress), a batch that arrives while the flow is stopped for a rebalance, a batch from the
+    previous generation. It counts on :meth:`Consumer.perform_seek` (after every recovery and
+    rebalance) to fetch them again: "seek to the committed offsets". aiokafka 0.14's
+    ``seek_to_committed`` only seeks a partition whose committed offset is above zero
+    (``if offset and offset > 0``), so on a partition where the group never committed — every
+    partition of a new deployment, and one that never had a record — or has committed 0, the
+    fetch position stays after the discarded records. Those records are never delivered, and
+    nothing later on that partition shows a gap. Records submitted in the first second of an
+    agent's life land exactly there: fetched while the tables recover, dropped, never read.
+
+    Here a partition with committed offset 0 is sought to 0, and one without a committed
+    offset to the beginning of its log (``auto_offset_reset=earliest``: where a new group
+    starts), so every record past the group's position is delivered again. A record handled
+    twice this way is de-duplicated like any redelivery. Internal topics (changelogs, the
+    leader topic) are left where they are: faust positions them itself for recovery.
+    """
+    from aiokafka.structs import TopicPartition as AioTP
+
+    committed: dict[Any, Any] = await consumer.seek_to_committed()
+    unsought = [
+        AioTP(tp.topic, tp.partition)
+        for tp, offset in committed.items()
+        if not offset and not internal(tp.topic)
+    ]
+    for tp in unsought:
+        if committed.get(tp) == 0:
+            consumer.seek(tp, 0)
+    never = [tp for tp in unsought if committed.get(tp) is None]
+    if never:
+        await consumer.seek_to_beginning(*never)
+        log.debug("rewound %d partitions without a committed offset to their beginning",
+                  len(never))  # fmt: skip
+    return committed
+
+
+def rewind_partitions_without_commits() -> None:
+    """Make faust's seek-to-committed also rewind partitions without a committed offset
+    (see :func:`rewind_to_committed`). Idempotent; patches the driver class once per process."""
+    global _SEEK_PATCHED
+    if _SEEK_PATCHED:
+        return
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    async def seek_to_committed(self: AIOKafkaConsumerThread) -> Any:
+        app = self.app
+
+        def internal(topic: str) -> bool:
+            return topic in app.tables.changelog_topics or topic.endswith("__assignor-__leader")
+
+        return await self.call_thread(rewind_to_committed, self._ensure_consumer(), internal)
+
+    AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+    _SEEK_PATCHED = True
+
+
 def make_app(
     app_id: str,
     kafka: KafkaSettings,
@@ -122,6 +186,7 @@ def make_app(
     """A faust app for one agent: at-least-once, in-memory tables restored from changelogs."""
     limits = limits or LimitsSettings()
     pace_failed_metadata_updates()
+    rewind_partitions_without_commits()
     datadir = Path(tempfile.gettempdir()) / "ocrstream-faust" / kafka.topic(app_id)
     datadir.parent.mkdir(parents=True, exist_ok=True)
     return faust.App(
@@ -190,112 +255,17 @@ def _ignore_result(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
-class _Record:
-    """A record read around faust (see :class:`GapGuard`), shaped like a faust event."""
+def declare_internal_topics(
+    app: faust.App, kafka: KafkaSettings, replication_factor: int, *extra: TopicT
+) -> None:
+    """Create the app's table changelogs (compacted) and ``extra`` internal topics before it
+    starts (see :func:`ocrstream.streams.topics.ensure_internal_topics`)."""
+    from ocrstream.streams.topics import ensure_internal_topics
 
-    def __init__(self, msg: Any) -> None:
-        self.key = msg.key()
-        self.value = msg.value()
-        self.message = self
-        self.topic, self.partition, self.offset = msg.topic(), msg.partition(), msg.offset()
-        self.headers = msg.headers() or []
-        ts = msg.timestamp()[1]
-        self.timestamp = ts / 1000 if ts and ts > 0 else None
-
-
-class GapGuard:
-    """Hands an agent the records faust skipped.
-
-    Seen with faust-streaming 0.15.3 on aiokafka 0.14: after an unclean restart (the dead
-    member still in the group, so two rebalances in a row) the first records after the
-    committed offset of a partition are fetched, dropped with the stream buffer in the second
-    rebalance, and never delivered again, while later ones are. The guard knows the offset it
-    expects next on each partition (the group's committed offset at first sight); when an
-    event arrives beyond it, the missing records are read directly (a confluent-kafka consumer
-    that only assigns, never joins the group), handed to the agent first, and acked in faust so
-    its commits move on.
-    """
-
-    def __init__(self, app: faust.App, kafka: KafkaSettings) -> None:
-        self.app, self.kafka = app, kafka
-        self._expected: dict[tuple[str, int], int] = {}
-        self._reader: Any = None
-
-        async def forget(_sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
-            revoked = args[0] if args else kwargs.get("revoked", ())
-            for tp in revoked:
-                self._expected.pop((tp.topic, tp.partition), None)
-
-        self._forget = forget  # the signal keeps a weak reference
-        app.on_partitions_revoked.connect(forget)
-
-    def _consumer(self) -> Any:
-        if self._reader is None:
-            from confluent_kafka import Consumer
-
-            self._reader = Consumer(self.kafka.librdkafka(**{
-                "group.id": str(self.app.conf.id),  # for committed(); never subscribes
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            }))  # fmt: skip
-        return self._reader
-
-    def _committed(self, topic: str, partition: int) -> int | None:
-        from confluent_kafka import TopicPartition
-
-        (tp,) = self._consumer().committed([TopicPartition(topic, partition)], timeout=10)
-        return tp.offset if tp.offset is not None and tp.offset >= 0 else None
-
-    def _read(self, topic: str, partition: int, start: int, end: int) -> list[_Record]:
-        from confluent_kafka import TopicPartition
-
-        consumer = self._consumer()
-        consumer.assign([TopicPartition(topic, partition, start)])
-        out: list[_Record] = []
-        deadline = time.monotonic() + 30
-        try:
-            while len(out) < end - start and time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None or msg.error() is not None:
-                    continue
-                if msg.offset() >= end:
-                    break
-                if msg.offset() >= start + len(out):
-                    out.append(_Record(msg))
-        finally:
-            consumer.unassign()
-        return out
-
-    async def missed(self, event: Any) -> list[_Record]:
-        """The records of ``event``'s partition that faust skipped before it (usually none)."""
-        msg = event.message
-        key = (msg.topic, msg.partition)
-        loop = asyncio.get_running_loop()
-        expected = self._expected.get(key)
-        if expected is None:
-            expected = await loop.run_in_executor(None, self._committed, msg.topic, msg.partition)
-        self._expected[key] = msg.offset + 1
-        if expected is None or msg.offset <= expected:
-            return []
-        log.warning("faust skipped %s[%d] offsets %d..%d: reading them directly",
-                    msg.topic, msg.partition, expected, msg.offset - 1)  # fmt: skip
-        return await loop.run_in_executor(
-            None, self._read, msg.topic, msg.partition, expected, msg.offset
-        )
-
-    def ack(self, record: _Record) -> None:
-        """Count a directly read record as processed in faust's commit bookkeeping."""
-        from faust.types import TP
-        from faust.types.tuples import Message
-
-        tp = TP(record.topic, record.partition)
-        message = Message(record.topic, record.partition, record.offset, record.timestamp or 0.0,
-                          0, record.headers, record.key, record.value, None, tp=tp)  # fmt: skip
-        self.app.consumer.ack(message)
-
-    async def guard(self, event: Any, handle: Callable[[Any], Awaitable[None]]) -> None:
-        """Handle the skipped records before ``event``, then ``event``."""
-        for record in await self.missed(event):
-            await handle(record)
-            self.ack(record)
-        await handle(event)
+    wanted: dict[str, tuple[int, str]] = {}
+    for table in app.tables.values():
+        changelog = table.changelog_topic
+        wanted[changelog.get_topic_name()] = (changelog.partitions or table.partitions, "compact")
+    for topic in extra:
+        wanted[topic.get_topic_name()] = (topic.partitions or 1, "delete")
+    ensure_internal_topics(kafka, wanted, replication_factor)

@@ -84,7 +84,8 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import outputs, topics
-from ocrstream.streams.app import GapGuard, make_app, raw_topic, topic_partitions
+from ocrstream.streams.agent import StallWatch, register_agent
+from ocrstream.streams.app import declare_internal_topics, make_app, raw_topic, topic_partitions
 from ocrstream.streams.dlq import dead_letter
 from ocrstream.streams.metrics import Metrics
 
@@ -482,44 +483,15 @@ def build_assembler(
         dpi=dpi,
     )
 
-    guard = GapGuard(app, kafka)
-
-    async def results(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await guard.guard(event, assembler.on_result)
-            except FatalError as e:  # configuration, credentials: exit, be restarted
-                log.critical("fatal: %s", e)
-                await app.crash(e)
-                raise
-            except Exception:  # last resort: an escaping error would crash-loop the agent
-                log.exception("results record %s not handled", event.message.offset)
-
-    async def scans(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await guard.guard(event, assembler.on_scan)
-            except FatalError as e:  # configuration, credentials: exit, be restarted
-                log.critical("fatal: %s", e)
-                await app.crash(e)
-                raise
-            except Exception:  # last resort: an escaping error would crash-loop the agent
-                log.exception("scans record %s not handled", event.message.offset)
-
-    async def deadlines(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await guard.guard(event, assembler.on_deadline)
-            except FatalError as e:  # configuration, credentials: exit, be restarted
-                log.critical("fatal: %s", e)
-                await app.crash(e)
-                raise
-            except Exception:  # last resort: an escaping error would crash-loop the agent
-                log.exception("deadlines record %s not handled", event.message.offset)
-
-    app.agent(assembler.results, name="ocrstream.assembler.results")(results)
-    app.agent(assembler.scans, name="ocrstream.assembler.scans")(scans)
-    app.agent(assembler.deadlines, name="ocrstream.assembler.deadlines")(deadlines)
+    watch = StallWatch(app, kafka, metrics, agent="assembler",
+                       interval_s=settings.stall_check_interval_s,
+                       stall_after_s=settings.stall_after_s)  # fmt: skip
+    register_agent(app, assembler.results, "ocrstream.assembler.results", assembler.on_result,
+                   watch)  # fmt: skip
+    register_agent(app, assembler.scans, "ocrstream.assembler.scans", assembler.on_scan, watch)
+    register_agent(app, assembler.deadlines, "ocrstream.assembler.deadlines",
+                   assembler.on_deadline, watch)  # fmt: skip
+    declare_internal_topics(app, kafka, settings.changelog_replication, assembler.deadlines)
     app.timer(settings.scan_interval_s, name="ocrstream.assembler.deadline-scan")(
         assembler.scan_deadlines
     )

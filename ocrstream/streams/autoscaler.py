@@ -12,12 +12,9 @@ parent-death signal). Decisions are exported as metrics.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +27,7 @@ from ocrstream.processors.autoscale import Autoscaler, Decision
 from ocrstream.settings import KafkaSettings
 from ocrstream.streams.lag import LagReader, PartitionLag
 from ocrstream.streams.metrics import Metrics
-from ocrstream.streams.supervisor import ocrstream_command
+from ocrstream.streams.supervisor import ocrstream_command, start_tied
 
 log = logging.getLogger(__name__)
 
@@ -81,35 +78,6 @@ class _Worker:
 
 
 Spawn = Callable[[int], "subprocess.Popen[bytes]"]
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _terminate_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that has the child sent SIGTERM when this process dies (Linux), so an
-    autoscaler that crashes (librdkafka can abort a process on a broker restart) leaves no
-    workers behind for its restarted successor to double. None where prctl is unavailable."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not after fork
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
-
-
-def start_tied(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start a child that is sent SIGTERM (and so drains and commits) when this process dies."""
-    return subprocess.Popen(argv, env=dict(env) if env else None,
-                            preexec_fn=_terminate_with_parent())  # fmt: skip
 
 
 def spawn_worker(base_port: int, env: Mapping[str, str] | None = None) -> Spawn:

@@ -132,6 +132,14 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.agent_stalled_records = Counter(
+            "agent_stalled_records",
+            "Records a faust agent did not get from faust and its stall watch read directly "
+            "(see ocrstream.streams.agent); anything above zero is worth a look.",
+            ["agent", "topic"],
+            namespace=ns,
+            registry=reg,
+        )
         self.paused_partitions = Gauge(
             "paused_partitions",
             "Partitions paused for back-pressure, by reason.",

@@ -63,9 +63,10 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import KafkaSettings, LimitsSettings, SplitterSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import topics
+from ocrstream.streams.agent import StallWatch, register_agent
 from ocrstream.streams.app import (
     DeliveryWindow,
-    GapGuard,
+    declare_internal_topics,
     make_app,
     raw_topic,
     topic_partitions,
@@ -469,18 +470,9 @@ def build_splitter(
         partitions=partitions,
     )
 
-    guard = GapGuard(app, kafka)
-
-    async def split(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await guard.guard(event, splitter.handle)
-            except FatalError as e:  # configuration, credentials: exit, be restarted
-                log.critical("fatal: %s", e)
-                await app.crash(e)
-                raise
-            except Exception:  # last resort: an escaping error would crash-loop the agent
-                log.exception("scan record %s not handled", event.message.offset)
-
-    app.agent(splitter.scans, name="ocrstream.splitter")(split)
+    watch = StallWatch(app, kafka, metrics, agent=STAGE,
+                       interval_s=settings.stall_check_interval_s,
+                       stall_after_s=settings.stall_after_s)  # fmt: skip
+    register_agent(app, splitter.scans, "ocrstream.splitter", splitter.handle, watch)
+    declare_internal_topics(app, kafka, settings.changelog_replication)
     return app

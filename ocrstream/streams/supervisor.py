@@ -9,6 +9,7 @@ children, which drain and commit; one that does not stop within ``stop_timeout_s
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ocrstream.settings import SupervisorSettings, WorkerSettings
@@ -24,6 +25,36 @@ from ocrstream.settings import SupervisorSettings, WorkerSettings
 log = logging.getLogger(__name__)
 
 STABLE_AFTER_S = 60.0
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _terminate_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child sent SIGTERM when this process dies (Linux): a
+    supervisor or autoscaler that is killed (SIGKILL, an OOM kill; librdkafka can abort a process
+    on a broker restart) leaves no agents behind, still in their consumer groups, for its
+    restarted successor to double. None where prctl is unavailable. Linux ties the signal to the
+    thread that started the child: start children from a thread that outlives them."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not after fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def start_tied(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a child that is sent SIGTERM (and so drains and commits) when this process dies."""
+    return subprocess.Popen(argv, env=dict(env) if env else None,
+                            preexec_fn=_terminate_with_parent())  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,6 +116,7 @@ class Supervisor:
         child.proc = subprocess.Popen(
             ocrstream_command(child.spec.args), env=env, stdout=self.stdout,
             stderr=subprocess.STDOUT if self.stdout is not None else None,
+            preexec_fn=_terminate_with_parent(),
         )  # fmt: skip
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.spec.name, child.proc.pid)

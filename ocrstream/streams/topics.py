@@ -337,3 +337,40 @@ def delete_topics(
     if failed:
         raise TopicAdminError(f"deleting topics failed: {failed}")
     return sorted(names)
+
+
+def ensure_internal_topics(
+    kafka: KafkaSettings,
+    topics: Mapping[str, tuple[int, str]],
+    replication_factor: int = 1,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """Create a faust app's internal topics (``name → (partitions, cleanup.policy)``: table
+    changelogs, the assembler's deadlines) before the app starts, and wait until each has
+    leaders; returns the names created.
+
+    faust would declare them itself as it starts, but its consumer's metadata does not know
+    them yet when the first records arrive: on a new deployment the first table write of every
+    record raced the metadata refresh and failed with ``PartitionsMismatch`` (“the changelog
+    topic has 0 partitions”), which failed the splitter's first documents as internal errors.
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(kafka.librdkafka())
+    deadline = time.monotonic() + timeout_s
+    present = admin.list_topics(timeout=timeout_s).topics
+    new = [
+        NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            config={"cleanup.policy": policy},
+        )
+        for name, (partitions, policy) in topics.items()
+        if name not in present
+    ]
+    created: list[str] = []
+    if new:
+        created, _ = _create(admin, new, timeout_s)
+    _wait_until_usable(admin, list(topics), deadline)
+    return created
