@@ -1,4 +1,4 @@
-"""``ocrstream topics create|list``: the topics of DESIGN.md on the configured cluster."""
+"""``ocrstream topics create|list``: the topics of docs/architecture.md ("Topics") on the configured cluster."""
 
 from __future__ import annotations
 

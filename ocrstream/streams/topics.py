@@ -1,4 +1,4 @@
-"""The topics of DESIGN.md and their idempotent creation.
+"""The topics of docs/architecture.md ("Topics") and their idempotent creation.
 
 :data:`TOPICS` is the table: logical name, partitions, cleanup policy, retention. Real names go
 through :meth:`KafkaSettings.topic` (the configured prefix). :func:`ensure_topics` creates what

@@ -37,7 +37,7 @@ OVERLAYS = ("cpu", "gpu", "local")
 NAMESPACE = "ocrstream"
 METRICS_PORT = 9100
 
-# DESIGN.md: partitions per topic bound the useful consumers per group.
+# docs/architecture.md: partitions per topic bound the useful consumers per group.
 PARTITIONS = {"ocr.scans.v1": 12, "ocr.pages.v1": 64}
 GROUPS = {"splitter": "ocrstream-splitter", "ocr-worker": "ocrstream-ocr-worker"}
 TOPICS = {"splitter": "ocr.scans.v1", "ocr-worker": "ocr.pages.v1"}

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ocrstream.streams.metrics import BATCH_BUCKETS, STAGE_BUCKETS, Metrics
 
-DESIGN_NAMES = (
+DOCUMENTED_NAMES = (
     "ocrstream_pages_total",
     "ocrstream_documents_total",
     "ocrstream_stage_seconds_bucket",
@@ -38,7 +38,7 @@ def test_design_metric_names_are_exposed() -> None:
     m.worker_info.labels("onnxruntime", "ppocrv6-small", "cpu").set(1)
     m.pages_inflight.labels("ocr").set(5)
     text = exposition(m)
-    for name in DESIGN_NAMES:
+    for name in DOCUMENTED_NAMES:
         assert f"\n{name}" in f"\n{text}", name
     assert 'ocrstream_pages_total{stage="ocr",status="ok"} 3.0' in text
     assert 'ocrstream_consumer_lag{group="g",partition="0",topic="ocr.pages.v1"} 42.0' in text
