@@ -115,7 +115,7 @@ _OPTIONS = [
     click.option("--engine/--no-engine", default=True, show_default=True,
                  help="Compare with the engine alone on the same pages."),
     click.option("--partitions-scale", type=float, default=0.25, show_default=True,
-                 help="Partitions of the bench's topics: the counts of docs/architecture.md times this."),
+                 help="Partitions of the bench's topics: architecture.md's counts times this."),
     click.option("--timeout", type=float, default=3600.0, show_default=True,
                  help="Seconds to wait for the load's documents."),
     click.option("--tail", type=float, default=120.0, show_default=True,

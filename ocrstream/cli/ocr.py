@@ -5,9 +5,9 @@ which is used as it is; with ``--skip-text``, pages that carry a usable text lay
 from it (confidence 1.0) and not OCRed. Pages of all inputs go through the engine together, in
 batches across files (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`, while the
 next inputs are split), and each input's output is written as soon as its last page is done:
-``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage") or ``.txt`` with ``--output DIR``, standard
-output without (one JSON document per line when there are several inputs; text pages are
-separated by form feeds, as tesseract does).
+``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage") or ``.txt`` with
+``--output DIR``, standard output without (one JSON document per line when there are several
+inputs; text pages are separated by form feeds, as tesseract does).
 
 The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
 engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).

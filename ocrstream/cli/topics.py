@@ -1,4 +1,5 @@
-"""``ocrstream topics create|list``: the topics of docs/architecture.md ("Topics") on the configured cluster."""
+"""``ocrstream topics create|list``: the topics of docs/architecture.md ("Topics") on the
+configured cluster."""
 
 from __future__ import annotations
 

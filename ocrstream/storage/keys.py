@@ -1,4 +1,5 @@
-"""Object keys and ``s3://`` URIs: doc_id validation and the deterministic layout of docs/architecture.md ("Storage").
+"""Object keys and ``s3://`` URIs: doc_id validation and the deterministic layout of
+docs/architecture.md ("Storage").
 
 ::
 
@@ -78,7 +79,8 @@ def normalize_prefix(prefix: str) -> str:
 
 
 class Keys:
-    """The deterministic keys of docs/architecture.md ("Storage") under an optional prefix (S3Settings.key_prefix)."""
+    """The deterministic keys of docs/architecture.md ("Storage") under an optional prefix
+    (S3Settings.key_prefix)."""
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = normalize_prefix(prefix)
