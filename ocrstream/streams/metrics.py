@@ -2,8 +2,8 @@
 
 Names follow docs/architecture.md ("Metrics") (prefix ``ocrstream_``); the Grafana dashboards
 and alert rules use only these. Nothing registers at import time: an entry point builds one
-:class:`Metrics` (on the default registry, or on a private one in tests), hands it to its adapters, and calls
-:func:`serve` to expose ``/metrics``. Processors never see this module.
+:class:`Metrics` (on the default registry, or on a private one in tests), hands it to its
+adapters, and calls :func:`serve` to expose ``/metrics``. Processors never see this module.
 
 Stages are ``splitter``, ``ocr``, ``assembler`` (and ``decode``, ``fetch``, ``produce``,
 ``engine`` for the parts of the OCR worker's ``stage_seconds``).
