@@ -79,6 +79,16 @@ class PartitionWatch:
             self.handled.insert(i, offset)
         self._advance()
 
+    def first_untouched(self) -> int | None:
+        """The first offset from the frontier that is neither handled nor being handled."""
+        if self.frontier is None:
+            return None
+        offset = self.frontier
+        done = set(self.handled) | self.working
+        while offset in done:
+            offset += 1
+        return offset
+
     def begin_at(self, offset: int) -> None:
         """The group's position when the partition was assigned: records from here on are ours."""
         self.frontier = offset
@@ -171,6 +181,10 @@ class StallWatch:
         if part is not None:
             part.finish(offset)
 
+    def resume_points(self) -> dict[tuple[str, int], int | None]:
+        """Per owned partition, where to fetch from so that nothing not yet started is skipped."""
+        return {tp: part.first_untouched() for tp, part in self._parts.items()}
+
     def frontiers(self) -> dict[tuple[str, int], int | None]:
         """Per owned partition, the first offset the agent has not handled (None: not read yet)."""
         return {tp: part.frontier for tp, part in self._parts.items()}
@@ -178,9 +192,20 @@ class StallWatch:
     # --- the check ---------------------------------------------------------------------------
 
     async def check(self) -> None:
-        """Timer: read the frontiers of newly assigned partitions, then hand over what stalled."""
+        """Timer: read the frontiers of newly assigned partitions, then hand over what stalled.
+        Never raises: an exception in a faust timer crashes the app, and the broker being away
+        (a restart, a network cut) only means the next check tries again."""
         if self.app.rebalancing or self._lock.locked():
             return
+        try:
+            await self._check()
+        except FatalError:
+            raise
+        except Exception as e:  # noqa: BLE001 -- see the docstring; handler errors don't get here
+            log.warning("%s: stall check failed (%s); trying again in %.0fs", self.agent, e,
+                        self.interval_s)  # fmt: skip
+
+    async def _check(self) -> None:
         async with self._lock:
             loop = asyncio.get_running_loop()
             await self._read_frontiers()
@@ -364,3 +389,105 @@ def register_agent(
                 raise
 
     app.agent(topic, name=name)(agent)
+
+
+class StoreCalls:
+    """Blocking object-store calls of a faust agent, in a thread, waited out while the store is
+    down: the agent's source partitions are paused for the outage (its other records stay in
+    the fetcher instead of piling up behind the one being retried), the call is retried with
+    exponential backoff — it is the probe — and once the store answers the partitions resume,
+    each sought back to the first record the agent has not handled (the stall watch's frontier)
+    so nothing fetched around the pause is skipped. ``ocrstream_paused_partitions{stage,
+    reason="store_unavailable"}`` and ``ocrstream_retries_total`` say what happens."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        executor: Any,
+        metrics: Metrics,
+        *,
+        stage: str,
+        topics: Iterable[str],
+        backoff_s: float,
+        backoff_max_s: float,
+    ) -> None:
+        self.app, self.executor, self.metrics, self.stage = app, executor, metrics, stage
+        self.topics = set(topics)
+        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        self.watch: StallWatch | None = None
+        self._paused: set[Any] = set()
+        self._outages = 0  # calls waiting for the store now
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from ocrstream.errors import RetriableError
+
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        try:
+            while True:
+                try:
+                    return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+                except RetriableError as e:
+                    attempt += 1
+                    if attempt == 1:
+                        self._outages += 1
+                        self._pause()
+                    delay = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
+                    self.metrics.retries.labels(self.stage, e.code).inc()
+                    log.warning("store unavailable (%s); retry %d in %.1fs", e, attempt, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            if attempt:
+                self._outages -= 1
+                if not self._outages:
+                    await self._resume()
+
+    def _pause(self) -> None:
+        if self._paused:
+            return
+        consumer = self.app.consumer
+        self._paused = {tp for tp in consumer.assignment() if tp.topic in self.topics}
+        consumer.pause_partitions(self._paused)
+        self.metrics.paused_partitions.labels(self.stage, "store_unavailable").set(
+            len(self._paused)
+        )
+        log.warning("store unavailable: %d partitions paused", len(self._paused))
+
+    async def _resume(self) -> None:
+        paused, self._paused = self._paused, set()
+        if not paused:
+            return
+        consumer = self.app.consumer
+        owned = paused & set(consumer.assignment())
+        consumer.resume_partitions(owned)
+        points = self.watch.resume_points() if self.watch is not None else {}
+        for tp in owned:
+            point = points.get((tp.topic, tp.partition))
+            if point is not None:
+                await consumer.seek(tp, point)
+        self.metrics.paused_partitions.labels(self.stage, "store_unavailable").set(0)
+        log.info("store answers again: %d partitions resumed", len(owned))
+
+
+async def send_dead_letter(
+    dlq: Any,
+    codec: Any,
+    metrics: Metrics,
+    msg: Any,
+    exc: BaseException,
+    *,
+    stage: str,
+    max_bytes: int,
+) -> None:
+    """Publish a faust message that can't be processed to ``ocr.dlq.v1`` with its origin, and
+    wait for the delivery (the record is acked only after)."""
+    from ocrstream.streams.dlq import dead_letter
+
+    letter = dead_letter(
+        topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
+        value=msg.value, headers=msg.headers, stage=stage, exc=exc,
+        timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None, max_bytes=max_bytes,
+    )  # fmt: skip
+    fut = await dlq.send(key=letter.key, value=codec.encode(letter, dlq.get_topic_name()))
+    await fut
+    metrics.dlq.labels(stage, letter.error_code).inc()

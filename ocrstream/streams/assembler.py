@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 import faust
 from aiokafka.partitioner import DefaultPartitioner
 
-from ocrstream.errors import FatalError, PoisonError, RetriableError
+from ocrstream.errors import FatalError, PoisonError
 from ocrstream.logs import log_context
 from ocrstream.processors.assemble import AssembledDocument
 from ocrstream.processors.assembly import (
@@ -84,9 +84,8 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import outputs, topics
-from ocrstream.streams.agent import StallWatch, register_agent
+from ocrstream.streams.agent import StallWatch, StoreCalls, register_agent, send_dead_letter
 from ocrstream.streams.app import declare_internal_topics, make_app, raw_topic, topic_partitions
-from ocrstream.streams.dlq import dead_letter
 from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -147,7 +146,12 @@ class Assembler:
                            retry_after_s=2 * settings.scan_interval_s)  # fmt: skip
         self._partitioner = DefaultPartitioner()
         self.dpi = dpi
-        self._pool = ThreadPoolExecutor(4, "assemble-io")
+        self.store_calls = StoreCalls(
+            app, ThreadPoolExecutor(4, "assemble-io"), metrics, stage=STAGE,
+            topics=[self.results.get_topic_name(), self.scans.get_topic_name(),
+                    self.deadlines.get_topic_name()],
+            backoff_s=settings.store_backoff_s, backoff_max_s=settings.store_backoff_max_s,
+        )  # fmt: skip
         self._render = ThreadPoolExecutor(1, "assemble-render")  # MuPDF: one at a time
 
     # --- page results -----------------------------------------------------------------------
@@ -401,32 +405,13 @@ class Assembler:
     # --- helpers ------------------------------------------------------------------------------
 
     async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A blocking store call in a thread, retried with backoff while the store is down."""
-        loop = asyncio.get_running_loop()
-        attempt = 0
-        while True:
-            try:
-                return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
-            except RetriableError as e:
-                attempt += 1
-                delay = min(self.settings.store_backoff_max_s,
-                            self.settings.store_backoff_s * 2 ** (attempt - 1))  # fmt: skip
-                self.metrics.retries.labels(STAGE, e.code).inc()
-                log.warning("store unavailable (%s); retry %d in %.1fs", e, attempt, delay)
-                await asyncio.sleep(delay)
+        """A store call, waited out while the store is down (:class:`StoreCalls`)."""
+        result: T = await self.store_calls(fn, *args, **kwargs)
+        return result
 
     async def _dead_letter(self, msg: Any, exc: BaseException) -> None:
-        letter = dead_letter(
-            topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
-            value=msg.value, headers=msg.headers, stage=STAGE, exc=exc,
-            timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None,
-            max_bytes=self.limits.max_message_bytes,
-        )  # fmt: skip
-        fut = await self.dlq.send(
-            key=letter.key, value=self.codec.encode(letter, self.dlq.get_topic_name())
-        )
-        await fut
-        self.metrics.dlq.labels(STAGE, letter.error_code).inc()
+        await send_dead_letter(self.dlq, self.codec, self.metrics, msg, exc, stage=STAGE,
+                               max_bytes=self.limits.max_message_bytes)  # fmt: skip
 
 
 def _b64(data: bytes) -> str:
@@ -486,6 +471,7 @@ def build_assembler(
     watch = StallWatch(app, kafka, metrics, agent="assembler",
                        interval_s=settings.stall_check_interval_s,
                        stall_after_s=settings.stall_after_s)  # fmt: skip
+    assembler.store_calls.watch = watch
     register_agent(app, assembler.results, "ocrstream.assembler.results", assembler.on_result,
                    watch)  # fmt: skip
     register_agent(app, assembler.scans, "ocrstream.assembler.scans", assembler.on_scan, watch)

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import faust
 
-from ocrstream.errors import FatalError, PoisonError, ReasonCode, RetriableError
+from ocrstream.errors import FatalError, PoisonError, ReasonCode
 from ocrstream.logs import log_context
 from ocrstream.processors.ocr.types import Line as OcrLine
 from ocrstream.processors.split import iter_pages, sniff
@@ -63,7 +63,7 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import KafkaSettings, LimitsSettings, SplitterSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import topics
-from ocrstream.streams.agent import StallWatch, register_agent
+from ocrstream.streams.agent import StallWatch, StoreCalls, register_agent, send_dead_letter
 from ocrstream.streams.app import (
     DeliveryWindow,
     declare_internal_topics,
@@ -71,7 +71,6 @@ from ocrstream.streams.app import (
     raw_topic,
     topic_partitions,
 )
-from ocrstream.streams.dlq import dead_letter
 from ocrstream.streams.media import extension
 from ocrstream.streams.metrics import Metrics
 
@@ -200,7 +199,11 @@ class Splitter:
         self.dlq = raw_topic(app, kafka.topic(topics.DLQ))
         self.done = app.Table("splitter-documents", default=None, partitions=partitions)
         self._pool = ThreadPoolExecutor(1, "split")  # MuPDF: one document at a time
-        self._io = ThreadPoolExecutor(4, "split-io")
+        self.store_calls = StoreCalls(
+            app, ThreadPoolExecutor(4, "split-io"), metrics, stage=STAGE,
+            topics=[self.scans.get_topic_name()], backoff_s=settings.store_backoff_s,
+            backoff_max_s=settings.store_backoff_max_s,
+        )  # fmt: skip
 
     # --- the agent loop ---------------------------------------------------------------------
 
@@ -391,23 +394,13 @@ class Splitter:
     # --- helpers ------------------------------------------------------------------------------
 
     async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A blocking store call in a thread, retried with backoff while the store is down."""
-        loop = asyncio.get_running_loop()
-        attempt = 0
-        while True:
-            try:
-                return await loop.run_in_executor(self._io, lambda: fn(*args, **kwargs))
-            except RetriableError as e:
-                attempt += 1
-                delay = min(
-                    self.settings.store_backoff_max_s,
-                    self.settings.store_backoff_s * 2 ** (attempt - 1),
-                )
-                self.metrics.retries.labels(STAGE, e.code).inc()
-                log.warning("store unavailable (%s); retry %d in %.1fs", e, attempt, delay)
-                await asyncio.sleep(delay)
-            except PoisonError as e:
-                raise DocumentFailed(str(e.code), str(e)) from e
+        """A store call, waited out while the store is down (:class:`StoreCalls`); a store that
+        refuses for good fails the document."""
+        try:
+            result: T = await self.store_calls(fn, *args, **kwargs)
+        except PoisonError as e:
+            raise DocumentFailed(str(e.code), str(e)) from e
+        return result
 
     async def _fail(self, scan: ScanSubmitted, failure: DocumentFailed) -> None:
         event = failed_document(scan, failure.code, str(failure), failure.page_count)
@@ -424,22 +417,8 @@ class Splitter:
         log.warning("document %s failed: %s: %s", scan.doc_id, failure.code, failure)
 
     async def _dead_letter(self, msg: Any, exc: BaseException) -> None:
-        letter = dead_letter(
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            key=msg.key,
-            value=msg.value,
-            headers=msg.headers,
-            stage=STAGE,
-            exc=exc,
-            timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None,
-            max_bytes=self.limits.max_message_bytes,
-        )
-        value = self.codec.encode(letter, self.dlq.get_topic_name())
-        fut = await self.dlq.send(key=letter.key, value=value)
-        await fut
-        self.metrics.dlq.labels(STAGE, letter.error_code).inc()
+        await send_dead_letter(self.dlq, self.codec, self.metrics, msg, exc, stage=STAGE,
+                               max_bytes=self.limits.max_message_bytes)  # fmt: skip
 
 
 def build_splitter(
@@ -473,6 +452,7 @@ def build_splitter(
     watch = StallWatch(app, kafka, metrics, agent=STAGE,
                        interval_s=settings.stall_check_interval_s,
                        stall_after_s=settings.stall_after_s)  # fmt: skip
+    splitter.store_calls.watch = watch
     register_agent(app, splitter.scans, "ocrstream.splitter", splitter.handle, watch)
     declare_internal_topics(app, kafka, settings.changelog_replication)
     return app

@@ -406,6 +406,42 @@ def test_store_outage_under_load(
     pipeline.assert_alive()
 
 
+def test_store_outage_pauses_the_splitter(
+    stack: Factory, topics: KafkaSettings, s3_settings: S3Settings, object_store: ObjectStore
+) -> None:
+    """Documents arrive while the store is down and every page image must go through it: the
+    splitter holds the scan it is on, pauses its partitions
+    (``ocrstream_paused_partitions{stage="splitter",reason="store_unavailable"}``) and retries;
+    when the store is back it resumes them and every document completes, exactly once."""
+    pipeline, witness = stack(env=_agent_env(OCRSTREAM_SPLITTER_CLAIM_CHECK_BYTES="0"))
+    client = OcrClient(topics, s3_settings)
+    docs = [fake_doc(i, 2) for i in range(6)]
+    ids = [d.doc_id for d in docs]
+    pipeline.start()
+    wait_until(lambda: pipeline.metric("splitter", "ocrstream_agent_stalled_records_total")
+               is not None, 60, "the splitter to serve its metrics")  # fmt: skip
+    with service_down("s3"):
+        for doc in docs:  # inline sources: submitting needs no store
+            client.submit(doc.data, doc_id=doc.doc_id, outputs=FAST_OUTPUTS)
+        paused = wait_until(
+            lambda: pipeline.metric("splitter", "ocrstream_paused_partitions", stage="splitter",
+                                    reason="store_unavailable"),
+            60, "the splitter to pause its partitions for the store",
+        )  # fmt: skip
+        assert paused >= 1
+        assert witness.done(ids) == 0
+        pipeline.assert_alive()
+    witness.wait_done(ids, 120, pipeline)
+    witness.quiet(3)
+    events = assert_exactly_once(witness, ids)
+    assert_complete(object_store, events, docs)
+    assert pipeline.metric("splitter", "ocrstream_paused_partitions", stage="splitter",
+                           reason="store_unavailable") == 0  # fmt: skip
+    retries = pipeline.metric("splitter", "ocrstream_retries_total", stage="splitter",
+                              reason="store_unavailable")  # fmt: skip
+    assert retries, "the splitter never retried the store"
+
+
 def test_worker_sigkill_with_the_real_engine(
     stack: Factory, topics: KafkaSettings, s3_settings: S3Settings, object_store: ObjectStore
 ) -> None:
