@@ -18,6 +18,11 @@ WORKDIR /app
 
 COPY pyproject.toml README.md ./
 COPY ocrstream ./ocrstream
+# ocrstream/streams … link to these (the design card's layout; see the README)
+COPY streams ./streams
+COPY processors ./processors
+COPY schemas ./schemas
+COPY storage ./storage
 RUN pip install .
 
 USER ocrstream

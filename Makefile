@@ -5,6 +5,7 @@ SHELL := /bin/bash
 PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
+SOURCES := ocrstream streams processors schemas storage tests
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= ocrstream
@@ -26,8 +27,8 @@ test: venv
 	bash scripts/test.sh
 
 lint: venv
-	$(BIN)/ruff check ocrstream tests
-	$(BIN)/ruff format --check ocrstream tests
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
 
 typecheck: venv
 	$(BIN)/mypy

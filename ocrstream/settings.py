@@ -22,8 +22,15 @@ def _frozen(prefix: str) -> SettingsConfigDict:
 
 
 def default_home() -> Path:
-    """Where local services and caches live: ``.infra/`` at the repository root."""
-    return Path(__file__).resolve().parent.parent / ".infra"
+    """Where local services and caches live: ``.infra/`` in the project folder — the nearest
+    folder from the working directory up that has one, else the working directory (a checkout's
+    root when run by ``make``). Not found from the package's own files: an installed wheel
+    has no project folder around it."""
+    cwd = Path.cwd()
+    for folder in (cwd, *cwd.parents):
+        if (folder / ".infra").is_dir():
+            return folder / ".infra"
+    return cwd / ".infra"
 
 
 class KafkaSettings(BaseSettings):

@@ -15,7 +15,9 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== ruff"
-$BIN/ruff check ocrstream tests
+SOURCES="ocrstream streams processors schemas storage tests"
+$BIN/ruff check $SOURCES
+$BIN/ruff format --check $SOURCES
 echo "== mypy"
 $BIN/mypy
 echo "== services"

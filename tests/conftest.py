@@ -9,10 +9,12 @@ long integration tests.
 
 from __future__ import annotations
 
+import importlib.abc
 import re
+import sys
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +22,21 @@ from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
 
 if TYPE_CHECKING:
     from ocrstream.storage import ObjectStore
+
+
+class _OnlyAsOcrstream(importlib.abc.MetaPathFinder):
+    """streams/, processors/, schemas/ and storage/ sit at the top of the checkout (which pytest
+    puts on sys.path) but are only ever ``ocrstream.streams`` …: a test that imports them by
+    their folder name would load a second copy of every module and work by accident, then
+    fail against an installed wheel. Refused here, as the wheel refuses them."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name in LAYOUT_FOLDERS:
+            raise ModuleNotFoundError(f"import ocrstream.{name}, not {name}", name=name)
+
+
+LAYOUT_FOLDERS = ("streams", "processors", "schemas", "storage")
+sys.meta_path.insert(0, _OnlyAsOcrstream())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -28,8 +28,13 @@ class ServiceError(FatalError):
 
 
 def repo_infra_dir() -> Path:
-    """``infra/`` of the source checkout (the pom, log4j2 and Prometheus configs live there)."""
-    return Path(__file__).resolve().parent.parent.parent / "infra"
+    """The service configs (Kafka's pom and log4j2 config, Prometheus's config and rules).
+
+    They live in ``infra/`` at the top of the checkout; ``ocrstream/services/infra`` links
+    there, and a wheel carries the files themselves at that place (package data), so the same
+    path works in a checkout, an editable install and a wheel install.
+    """
+    return Path(__file__).parent / "infra"
 
 
 class State(StrEnum):

@@ -278,7 +278,7 @@ def test_build_services_selects_and_orders(tmp_path: Path) -> None:
 def test_compose_file_is_consistent() -> None:
     from ocrstream.cli import _COMMANDS
 
-    root = repo_infra_dir().parent
+    root = Path(__file__).resolve().parents[2]  # the checkout
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())
     services = compose["services"]
     assert {

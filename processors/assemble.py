@@ -84,7 +84,7 @@ class AssembledDocument:
         return next((p for p in self.pages if p.page_no == page_no), None)
 
     def to_dict(self) -> dict[str, Any]:
-        """document.json, in the shape of ``ocrstream/schemas/document.schema.json``."""
+        """document.json, in the shape of ``schemas/document.schema.json``."""
         out: dict[str, Any] = {
             "doc_id": self.doc_id,
             "status": self.status,
