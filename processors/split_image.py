@@ -60,6 +60,7 @@ class ImageDocument:
         self._limits = limits
         self._media_type = media_type
         self._data = data
+        self._path = path
         fmt = PIL_FORMATS[media_type]
         try:
             fp: Any = os.fspath(path) if path is not None else io.BytesIO(data or b"")
@@ -153,20 +154,17 @@ class ImageDocument:
         return self._bytes()
 
     def _head(self) -> bytes:
-        if self._data is not None:
-            return bytes(self._data[:64])
-        fp = self._image.fp
-        assert fp is not None
-        fp.seek(0)
-        return bytes(fp.read(64))
+        return self._bytes(64)
 
-    def _bytes(self) -> bytes:
+    def _bytes(self, limit: int = -1) -> bytes:
+        """The file's own bytes (all, or the first ``limit``). Read from the path, not from PIL's
+        file object: PIL closes the file it opened by name once a single-frame image is loaded,
+        which made every plain PNG given by path ``unreadable_image``."""
         if self._data is not None:
-            return bytes(self._data)
-        fp = self._image.fp
-        assert fp is not None
-        fp.seek(0)
-        return bytes(fp.read())
+            return bytes(self._data if limit < 0 else self._data[:limit])
+        assert self._path is not None
+        with open(self._path, "rb") as f:
+            return f.read(limit)
 
     def _split_page(
         self,

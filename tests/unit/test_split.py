@@ -257,3 +257,20 @@ def test_sniff(head: bytes, media_type: str | None) -> None:
 )
 def test_text_layer_quality(texts: list[str], usable: bool) -> None:
     assert text_quality(texts) is usable
+
+
+@pytest.mark.parametrize(("fmt", "mode"), [("PNG", "RGB"), ("PNG", "L"), ("JPEG", "RGB")])
+def test_an_image_given_by_path_splits_like_the_same_bytes(
+    tmp_path: Path, fmt: str, mode: str
+) -> None:
+    """``ocrstream ocr scan.png`` opens the file by path: a plain 8-bit PNG came out
+    ``unreadable_image`` (PIL had closed the file it read the pixels from)."""
+    image = Image.new(mode, (120, 80), "white")
+    path = tmp_path / f"scan.{fmt.lower()}"
+    image.save(path, fmt)
+    media = "image/png" if fmt == "PNG" else "image/jpeg"
+    (by_path,) = iter_pages(path, media, LIMITS)
+    (by_bytes,) = iter_pages(path.read_bytes(), media, LIMITS)
+    assert by_path.error_code is None, by_path.error_message
+    assert (by_path.width, by_path.height) == (120, 80)
+    assert by_path.data == by_bytes.data
