@@ -8,7 +8,7 @@
 A file up to ``LimitsSettings.max_inline_bytes`` travels inside the ScanSubmitted record;
 a bigger one is uploaded to ``scans/{doc_id}/source.{ext}`` first and referenced by URI.
 
-The default doc_id is derived from the content and the requested outputs and languages
+The default doc_id is derived from the content and the requested outputs
 (``sha256`` of them, 32 hex digits): submitting the same file again is idempotent, and
 :meth:`wait` finds the document's terminal event even when it was made earlier
 (``ocr.documents.v1`` is compacted by doc_id). Pass ``doc_id`` to process a file again.
@@ -62,9 +62,9 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def content_doc_id(sha256: str, outputs: Sequence[str], languages: Sequence[str]) -> str:
+def content_doc_id(sha256: str, outputs: Sequence[str]) -> str:
     """The default doc_id: the same bytes asked for the same outputs get the same id."""
-    key = f"{sha256}|{','.join(sorted(outputs))}|{','.join(languages)}"
+    key = f"{sha256}|{','.join(sorted(outputs))}|"  # the last field was languages: ids stay
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -105,7 +105,6 @@ class OcrClient:
         doc_id: str | None = None,
         *,
         outputs: Sequence[str] = DEFAULT_OUTPUTS,
-        languages: Sequence[str] = (),
         attributes: Mapping[str, str] | None = None,
         content_type: str | None = None,
         tenant: str = "",
@@ -130,9 +129,7 @@ class OcrClient:
                               code="file_too_large")  # fmt: skip
         media_type = content_type or sniff(head) or "application/octet-stream"
         # An explicit id is checked as given: "" is refused, not replaced by the content id.
-        doc_id = validate_doc_id(
-            content_doc_id(sha, outputs, languages) if doc_id is None else doc_id
-        )
+        doc_id = validate_doc_id(content_doc_id(sha, outputs) if doc_id is None else doc_id)
         if size <= self.limits.max_inline_bytes:
             data = source if isinstance(source, bytes) else path.read_bytes()  # type: ignore[union-attr]
             scan_source = ScanSource(data=data)
@@ -149,7 +146,7 @@ class OcrClient:
         scan = ScanSubmitted(
             doc_id=doc_id, source=scan_source, content_type=media_type, sha256=sha,
             size_bytes=size, submitted_at=utc_now(), tenant=tenant, priority=priority,
-            languages=tuple(languages), outputs=tuple(outputs), attributes=attrs,
+            outputs=tuple(outputs), attributes=attrs,
             trace_id=trace_id or uuid.uuid4().hex,
         )  # fmt: skip
         errors: list[str] = []

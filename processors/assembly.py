@@ -110,6 +110,7 @@ class DocumentState:
     trace_id: str | None = None
     scan_seen: bool = False
     attributes: tuple[tuple[str, str], ...] = ()
+    tenant: str = ""  # the submitting tenant (ScanSubmitted.tenant), passed to the event
     scan_at: float | None = None  # when the scan (or the revision) was registered
     terminal: str | None = None  # the status published
     ended_at_ms: int | None = None
@@ -143,6 +144,8 @@ class DocumentState:
             )  # fmt: skip
         if self.scan_seen:
             out.update(scan_seen=True, attributes=dict(self.attributes), scan_at=self.scan_at)
+            if self.tenant:
+                out["tenant"] = self.tenant
         elif self.scan_at is not None:
             out["scan_at"] = self.scan_at
         if self.submitted_at_ms is not None:
@@ -178,6 +181,7 @@ class DocumentState:
             trace_id=value.get("trace_id"),
             scan_seen=bool(value.get("scan_seen")),
             attributes=tuple((value.get("attributes") or {}).items()),
+            tenant=str(value.get("tenant") or ""),
             scan_at=_opt_float(value.get("scan_at")),
         )
 
@@ -198,6 +202,7 @@ class ScanRegistered:
     attributes: tuple[tuple[str, str], ...] = ()
     trace_id: str | None = None
     revision: int = 0
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +301,7 @@ class PublishTerminal:
     attributes: tuple[tuple[str, str], ...] = ()
     trace_id: str | None = None
     revision: int = 0
+    tenant: str = ""
 
 
 Effect = KeepPage | DropPages | PublishProgress | WriteOutputs | PublishTerminal
@@ -377,7 +383,8 @@ def _scan(state: DocumentState, scan: ScanRegistered, now: float) -> Transition:
     if state.terminal is not None or state.scan_seen:
         return Transition(state, (), Outcome.IGNORED)
     new = replace(
-        state, scan_seen=True, attributes=scan.attributes, trace_id=scan.trace_id,
+        state, scan_seen=True, attributes=scan.attributes, tenant=scan.tenant,
+        trace_id=scan.trace_id,
         submitted_at_ms=scan.submitted_at_ms, source_sha256=scan.source_sha256, scan_at=now,
     )  # fmt: skip
     return Transition(new, (), Outcome.ACCEPTED)
@@ -456,7 +463,7 @@ def _finish(state: DocumentState) -> tuple[Effect, ...]:
             revision=state.revision,
         ),
         PublishTerminal(state.doc_id, state.page_count, state.attributes, state.trace_id,
-                        state.revision),
+                        state.revision, state.tenant),
     )  # fmt: skip
 
 

@@ -275,6 +275,7 @@ class DocumentEvent(_Avro):
     failed_pages: tuple[int, ...] = ()
     attributes: Mapping[str, str] = field(default_factory=dict)
     trace_id: str | None = None
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -213,6 +213,7 @@ class Assembler:
         registered = ScanRegistered(
             scan.doc_id, _ms(scan.submitted_at.timestamp()), source_sha256=scan.sha256,
             attributes=tuple(scan.attributes.items()), trace_id=scan.trace_id,
+            tenant=scan.tenant,
         )  # fmt: skip
         await self._carry_out(self._step(registered).effects)
 
@@ -356,6 +357,7 @@ class Assembler:
             failed_pages=tuple(assembled.failed_pages),
             attributes=dict(effect.attributes),
             trace_id=effect.trace_id,
+            tenant=effect.tenant,
         )
         fut = await self.documents.send(
             key=doc_id.encode(), value=self.codec.encode(event, self.documents.get_topic_name())

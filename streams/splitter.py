@@ -109,7 +109,6 @@ def page_task(
     content_type: str,
 ) -> PageTask:
     """The PageTask of one split page."""
-    options = {"languages": ",".join(scan.languages)} if scan.languages else {}
     return PageTask(
         doc_id=scan.doc_id,
         page_no=page.page_no,
@@ -121,7 +120,6 @@ def page_task(
         source_sha256=scan.sha256,
         source_uri=source_uri,
         content_type=content_type,
-        options=options,
         outputs=scan.outputs,
         submitted_at=scan.submitted_at,
         text_layer=_lines(page.text_lines) if page.text_lines is not None else None,
@@ -165,6 +163,7 @@ def failed_document(
         source_sha256=scan.sha256,
         attributes=scan.attributes,
         trace_id=scan.trace_id,
+        tenant=scan.tenant,
     )
 
 

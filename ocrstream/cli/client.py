@@ -43,14 +43,14 @@ def _client() -> Any:
 @click.option("--doc-id", default=None, help="The doc_id (one file only); default from content.")
 @click.option("--output", "outputs", multiple=True, type=click.Choice(["json", "txt", "pdf"]),
               help="Outputs to make (repeat; default all).")  # fmt: skip
-@click.option("--language", "languages", multiple=True, help="Language hint (repeat).")
 @click.option("--attribute", "attributes", multiple=True, metavar="KEY=VALUE",
               help="Metadata passed through to the document event (repeat).")  # fmt: skip
 @click.option("--text-layer/--no-text-layer", default=False,
               help="Answer pages with a usable PDF text layer from it, without OCR.")  # fmt: skip
+@click.option("--tenant", default="", help="The submitting tenant, passed to the document event.")
 def submit(
-    files: Sequence[Path], doc_id: str | None, outputs: Sequence[str], languages: Sequence[str],
-    attributes: Sequence[str], text_layer: bool,
+    files: Sequence[Path], doc_id: str | None, outputs: Sequence[str],
+    attributes: Sequence[str], text_layer: bool, tenant: str,
 ) -> None:  # fmt: skip
     """Submit files for OCR; prints FILE<TAB>doc_id for each."""
     if doc_id and len(files) > 1:
@@ -60,8 +60,8 @@ def submit(
     try:
         for path in files:
             got = client.submit(
-                path, doc_id, outputs=outputs or ("json", "txt", "pdf"), languages=languages,
-                attributes=attrs, text_layer=text_layer,
+                path, doc_id, outputs=outputs or ("json", "txt", "pdf"),
+                attributes=attrs, text_layer=text_layer, tenant=tenant,
             )  # fmt: skip
             click.echo(f"{path}\t{got}")
     except OcrstreamError as e:

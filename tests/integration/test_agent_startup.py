@@ -98,12 +98,13 @@ def test_documents_submitted_as_the_agents_start_all_end(
         pipeline.start()
         started = time.monotonic()
         for doc in docs:
-            client.submit(doc.data, doc_id=doc.doc_id, outputs=OUTPUTS)
+            client.submit(doc.data, doc_id=doc.doc_id, outputs=OUTPUTS, tenant="acme-legal")
         assert time.monotonic() - started < 2.0, "submitting took too long to test start-up"
     witness.wait_done([d.doc_id for d in docs], DONE_WITHIN_S, pipeline)
     witness.quiet(2.0)
     events = assert_exactly_once(witness, [d.doc_id for d in docs])
     assert_complete(object_store, events, docs)
+    assert {event.tenant for event in events.values()} == {"acme-legal"}
 
 
 ROUNDS = 10

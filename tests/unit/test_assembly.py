@@ -144,6 +144,17 @@ def test_pages_before_the_scan_take_its_attributes_and_trace() -> None:
     ]
 
 
+def test_the_scan_tenant_reaches_the_terminal_event_and_survives_the_changelog() -> None:
+    tenant_scan = ScanRegistered(DOC, submitted_at_ms=1_000, tenant="acme-legal")
+    state, _ = feed(None, page(1, 2), tenant_scan, now=1.0)
+    assert state is not None
+    restored = DocumentState.from_json(DOC, json.loads(json.dumps(state.to_json())))
+    assert restored.tenant == "acme-legal"
+    _, effects = feed(restored, page(2, 2), now=2.0)
+    (terminal,) = [e for e in effects if isinstance(e, PublishTerminal)]
+    assert terminal.tenant == "acme-legal"
+
+
 def test_a_second_scan_changes_nothing() -> None:
     state, _ = feed(None, scan(), now=1.0)
     again = step(state, ScanRegistered(DOC, 5, attributes=(("x", "y"),)), now=2.0, rules=RULES)
