@@ -217,6 +217,7 @@ class PageArrived:
     outputs: tuple[str, ...] = ()
     trace_id: str | None = None
     revision: int = 0
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,7 +420,7 @@ def _page(state: DocumentState, page: PageArrived, now: float, rules: Rules) -> 
         first_at=state.first_at if state.first_at is not None else now,
         submitted_at_ms=state.submitted_at_ms or page.submitted_at_ms,
         source_sha256=page.source_sha256, source_uri=page.source_uri, outputs=page.outputs,
-        trace_id=state.trace_id or page.trace_id,
+        trace_id=state.trace_id or page.trace_id, tenant=state.tenant or page.tenant,
     )  # fmt: skip
     effects: tuple[Effect, ...] = (
         KeepPage(new.doc_id, page_no, new.revision),

@@ -217,6 +217,7 @@ class PageTask(_Avro):
     text_layer: tuple[Line, ...] | None = None
     trace_id: str | None = None
     priority: int = 0
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +244,7 @@ class PageResult(_Avro):
     completed_at: datetime | None = None
     attempt: int = 0
     trace_id: str | None = None
+    tenant: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,7 +186,7 @@ class Assembler:
             failed=result.status is PageStatus.FAILED,
             submitted_at_ms=_ms(result.submitted_at.timestamp()),
             source_sha256=result.source_sha256, source_uri=result.source_uri,
-            outputs=tuple(result.outputs), trace_id=result.trace_id,
+            outputs=tuple(result.outputs), trace_id=result.trace_id, tenant=result.tenant,
         )  # fmt: skip
         t = self._step(page)
         status = result.status.value if t.outcome is Outcome.ACCEPTED else t.outcome.value

@@ -131,4 +131,5 @@ def _task_of(result: PageResult) -> PageTask:
         submitted_at=result.submitted_at,
         attempt=result.attempt,
         trace_id=result.trace_id,
+        tenant=result.tenant,
     )

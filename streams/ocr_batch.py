@@ -108,6 +108,7 @@ def _base(task: PageTask, worker_id: str) -> dict[str, object]:
         "completed_at": utc_now(),
         "attempt": task.attempt,
         "trace_id": task.trace_id,
+        "tenant": task.tenant,
     }
 
 

@@ -125,6 +125,7 @@ def page_task(
         text_layer=_lines(page.text_lines) if page.text_lines is not None else None,
         trace_id=scan.trace_id,
         priority=scan.priority,
+        tenant=scan.tenant,
     )
 
 
@@ -145,6 +146,7 @@ def failed_page(
         submitted_at=scan.submitted_at,
         completed_at=utc_now(),
         trace_id=scan.trace_id,
+        tenant=scan.tenant,
     )
 
 
