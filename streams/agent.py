@@ -31,7 +31,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import faust
 from faust.streams import _current_event
@@ -43,6 +43,7 @@ from ocrstream.streams.metrics import Metrics
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[None]]
+R = TypeVar("R")
 
 
 class DirectRecord:
@@ -467,6 +468,24 @@ class StoreCalls:
                 await consumer.seek(tp, point)
         self.metrics.paused_partitions.labels(self.stage, "store_unavailable").set(0)
         log.info("store answers again: %d partitions resumed", len(owned))
+
+
+async def decode_or_dead_letter(
+    codec: Any,
+    event: Any,
+    record_type: type[R],
+    dead_letter: Callable[[Any, BaseException], Awaitable[None]],
+) -> R | None:
+    """The event's record, or None after dead-lettering a value that is not one."""
+    from ocrstream.errors import PoisonError
+
+    try:
+        record: R = codec.decode_as(event.value or b"", record_type)
+    except PoisonError as e:
+        log.warning("undecodable %s record goes to the DLQ: %s", record_type.__name__, e)
+        await dead_letter(event.message, e)
+        return None
+    return record
 
 
 async def send_dead_letter(

@@ -84,7 +84,13 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import outputs, topics
-from ocrstream.streams.agent import StallWatch, StoreCalls, register_agent, send_dead_letter
+from ocrstream.streams.agent import (
+    StallWatch,
+    StoreCalls,
+    decode_or_dead_letter,
+    register_agent,
+    send_dead_letter,
+)
 from ocrstream.streams.app import declare_internal_topics, make_app, raw_topic, topic_partitions
 from ocrstream.streams.metrics import Metrics
 
@@ -159,11 +165,8 @@ class Assembler:
     async def on_result(self, event: Any) -> None:
         msg = event.message
         with log_context(tp=f"{msg.topic}[{msg.partition}]@{msg.offset}"):
-            try:
-                result = self.codec.decode_as(event.value or b"", PageResult)
-            except PoisonError as e:
-                log.warning("undecodable page result goes to the DLQ: %s", e)
-                await self._dead_letter(msg, e)
+            result = await decode_or_dead_letter(self.codec, event, PageResult, self._dead_letter)
+            if result is None:
                 return
             with log_context(doc_id=result.doc_id, page=result.page_no, trace_id=result.trace_id):
                 try:

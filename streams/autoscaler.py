@@ -27,7 +27,7 @@ from ocrstream.processors.autoscale import Autoscaler, Decision
 from ocrstream.settings import KafkaSettings
 from ocrstream.streams.lag import LagReader, PartitionLag
 from ocrstream.streams.metrics import Metrics
-from ocrstream.streams.supervisor import ocrstream_command, start_tied
+from ocrstream.streams.supervisor import ocrstream_command, start_tied, terminate_all
 
 log = logging.getLogger(__name__)
 
@@ -165,15 +165,5 @@ class LocalAutoscaler:
     def shutdown(self) -> None:
         procs = [w.proc for w in self.workers + self._stopping]
         self.workers, self._stopping = [], []
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout_s
-        for p in procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("worker pid %d did not stop in time; killing it", p.pid)
-                p.kill()
-                p.wait()
+        terminate_all(procs, self.stop_timeout_s)
         self.metrics.autoscaler_replicas.set(0)

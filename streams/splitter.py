@@ -63,7 +63,13 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import KafkaSettings, LimitsSettings, SplitterSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
 from ocrstream.streams import topics
-from ocrstream.streams.agent import StallWatch, StoreCalls, register_agent, send_dead_letter
+from ocrstream.streams.agent import (
+    StallWatch,
+    StoreCalls,
+    decode_or_dead_letter,
+    register_agent,
+    send_dead_letter,
+)
 from ocrstream.streams.app import (
     DeliveryWindow,
     declare_internal_topics,
@@ -212,11 +218,8 @@ class Splitter:
         """Handle one scan record; never raises (except cancellation at shutdown)."""
         msg = event.message
         with log_context(tp=f"{msg.topic}[{msg.partition}]@{msg.offset}"):
-            try:
-                scan = self.codec.decode_as(event.value or b"", ScanSubmitted)
-            except PoisonError as e:
-                log.warning("undecodable scan record goes to the DLQ: %s", e)
-                await self._dead_letter(msg, e)
+            scan = await decode_or_dead_letter(self.codec, event, ScanSubmitted, self._dead_letter)
+            if scan is None:
                 return
             with log_context(doc_id=scan.doc_id, trace_id=scan.trace_id):
                 try:

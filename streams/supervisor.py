@@ -66,6 +66,22 @@ class AgentSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+def terminate_all(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """SIGTERM every process that still runs, wait up to ``timeout_s`` in all for them to drain
+    and exit, kill what is left."""
+    live = [p for p in procs if p.poll() is None]
+    for proc in live:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in live:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("pid %d did not stop in time; killing it", proc.pid)
+            proc.kill()
+            proc.wait()
+
+
 def ocrstream_command(args: Sequence[str]) -> list[str]:
     """The command line that runs ``ocrstream ARGS`` with this interpreter."""
     return [sys.executable, "-m", "ocrstream", *args]
@@ -163,17 +179,8 @@ class Supervisor:
     def shutdown(self) -> None:
         """SIGTERM every child, wait for them to drain, kill what's left."""
         self._stop.set()
-        live = [c.proc for c in self.children if c.proc is not None and c.proc.poll() is None]
-        for proc in live:
-            proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.stop_timeout_s
-        for proc in live:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("pid %d did not stop in time; killing it", proc.pid)
-                proc.kill()
-                proc.wait()
+        terminate_all([c.proc for c in self.children if c.proc is not None],
+                      self.settings.stop_timeout_s)  # fmt: skip
 
     def pids(self) -> dict[str, int]:
         return {c.spec.name: c.proc.pid for c in self.children if c.proc is not None}
