@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Self
 
 NAMESPACE = "io.ocrstream.v1"
 DEFAULT_OUTPUTS: tuple[str, ...] = ("json", "txt", "pdf")
+#: Parse modes: ``text`` (lines only) and ``layout`` (lines plus blocks, and document.md).
+MODES: tuple[str, ...] = ("text", "layout")
 
 
 def utc_now() -> datetime:
@@ -194,6 +196,7 @@ class ScanSubmitted(_Avro):
     outputs: tuple[str, ...] = DEFAULT_OUTPUTS
     attributes: Mapping[str, str] = field(default_factory=dict)
     trace_id: str | None = None
+    mode: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +221,7 @@ class PageTask(_Avro):
     trace_id: str | None = None
     priority: int = 0
     tenant: str = ""
+    mode: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +249,7 @@ class PageResult(_Avro):
     attempt: int = 0
     trace_id: str | None = None
     tenant: str = ""
+    mode: str = "text"
 
 
 @dataclass(frozen=True, slots=True)

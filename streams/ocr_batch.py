@@ -109,6 +109,7 @@ def _base(task: PageTask, worker_id: str) -> dict[str, object]:
         "attempt": task.attempt,
         "trace_id": task.trace_id,
         "tenant": task.tenant,
+        "mode": task.mode,
     }
 
 
