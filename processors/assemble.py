@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from ocrstream.errors import ReasonCode
+from ocrstream.processors.layout.blocks import Block
 from ocrstream.processors.ocr.types import Line, PageOCR
 from ocrstream.processors.searchable_pdf import ImageSource, build_searchable_pdf
 
@@ -182,6 +183,7 @@ def page_from_mapping(data: Mapping[str, Any]) -> tuple[PageOCR, Mapping[str, st
     if status not in ("ok", "empty", "failed"):
         status = "failed"  # readers map statuses they don't know to failed
     engine = data.get("engine")
+    blocks = data.get("blocks")
     ocr = PageOCR(
         width=int(data.get("width") or 0),
         height=int(data.get("height") or 0),
@@ -191,6 +193,7 @@ def page_from_mapping(data: Mapping[str, Any]) -> tuple[PageOCR, Mapping[str, st
         error_code=error.get("code") if error else None,
         error_message=error.get("message") if error else None,
         skew=float(data.get("skew") or 0.0),
+        blocks=None if blocks is None else tuple(Block.from_mapping(b) for b in blocks),
     )
     return ocr, ({k: str(v) for k, v in engine.items()} if engine else None)
 

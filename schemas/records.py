@@ -161,6 +161,31 @@ class Timings(_Avro):
 
 
 @dataclass(frozen=True, slots=True)
+class Cell(_Avro):
+    """A table cell: grid position, span, box ``[x0, y0, x1, y1]`` in page pixels, text."""
+
+    row: int
+    col: int
+    rowspan: int = 1
+    colspan: int = 1
+    bbox: tuple[float, ...] = ()
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Block(_Avro):
+    """A layout block: type, box ``[x0, y0, x1, y1]``, indices into the page's lines, text;
+    ``html`` and ``cells`` for tables."""
+
+    type: str
+    bbox: tuple[float, ...] = ()
+    lines: tuple[int, ...] = ()
+    text: str = ""
+    html: str | None = None
+    cells: tuple[Cell, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ScanSource(_Avro):
     """Where a submitted file is: ``uri`` (``s3://bucket/key``) or inline ``data``."""
 
@@ -250,6 +275,7 @@ class PageResult(_Avro):
     trace_id: str | None = None
     tenant: str = ""
     mode: str = "text"
+    blocks: tuple[Block, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,11 @@ import numpy.typing as npt
 
 from ocrstream.errors import PoisonError
 from ocrstream.processors.imageio import PageTooLargeError, decode_image
+from ocrstream.processors.layout.blocks import Block as PageBlock
 from ocrstream.processors.ocr.types import PageOCR
 from ocrstream.schemas.records import (
+    Block,
+    Cell,
     Engine,
     ErrorInfo,
     Line,
@@ -167,5 +170,21 @@ def engine_result(
         lines=lines,
         engine=engine,
         timings=timings,
+        blocks=None if ocr.blocks is None else tuple(block_record(b) for b in ocr.blocks),
         **_base(page.task, worker_id),  # type: ignore[arg-type]
+    )
+
+
+def block_record(block: PageBlock) -> Block:
+    """A layout block as the PageResult record carries it."""
+    return Block(
+        type=block.type,
+        bbox=tuple(round(v, 1) for v in block.bbox),
+        lines=block.lines,
+        text=block.text,
+        html=block.to_dict().get("html"),
+        cells=tuple(
+            Cell(c.row, c.col, c.rowspan, c.colspan, tuple(round(v, 1) for v in c.bbox), c.text)
+            for c in block.cells
+        ),
     )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ocrstream.processors.layout.blocks import Block
 
 Point = tuple[float, float]
 
@@ -48,6 +51,7 @@ class PageOCR:
     error_message: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     skew: float = 0.0  # degrees the page was turned counter-clockwise by deskew (0: not)
+    blocks: tuple[Block, ...] | None = None  # layout mode: in reading order; None: text mode
 
     @property
     def text(self) -> str:
@@ -64,4 +68,6 @@ class PageOCR:
         }
         if self.error_code:
             out["error"] = {"code": self.error_code, "message": self.error_message or ""}
+        if self.blocks is not None:
+            out["blocks"] = [block.to_dict() for block in self.blocks]
         return out
