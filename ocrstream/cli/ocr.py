@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import click
 
 from ocrstream.errors import OcrstreamError, PoisonError
-from ocrstream.processors.ocr.types import EngineInfo, PageOCR
+from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR
 from ocrstream.settings import LimitsSettings, OcrBackend, OcrSettings
 
 
@@ -81,7 +81,7 @@ def _page_text(page: PageOCR) -> str:
 class _Job:
     doc: _Doc
     page_no: int
-    data: bytes
+    data: bytes | LayoutPage
 
 
 # How long the first pages split wait for more to fill a batch while the engine is idle.
@@ -104,6 +104,13 @@ def make_engine(settings: OcrSettings) -> Any:
     default="json",
     show_default=True,
     help="document.json, or plain text in reading order.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["text", "layout"]),
+    default="text",
+    show_default=True,
+    help="layout: also the blocks of each page (titles, paragraphs, tables …) in reading order.",
 )
 @click.option(
     "--output",
@@ -135,6 +142,7 @@ def make_engine(settings: OcrSettings) -> Any:
 def ocr(
     files: tuple[Path, ...],
     fmt: str,
+    mode: str,
     output: Path | None,
     skip_text: bool,
     backend: str | None,
@@ -167,7 +175,7 @@ def ocr(
     writer = _Writer(engine.info, fmt, output, several=len(docs) > 1)
     failed = 0
     try:
-        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch)):
+        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode):
             writer.write(doc)
             if doc.status == "failed":
                 failed += 1
@@ -203,6 +211,7 @@ def _run(
     dpi: int,
     skip_text: bool,
     batch: int,
+    mode: str = "text",
 ) -> Iterator[_Doc]:
     """Every document, finished, in input order. The engine reads the pages already split, in
     batches across files, while the next pages are split; a page that breaks the engine fails
@@ -224,7 +233,7 @@ def _run(
     )
     with batcher:
         for doc in docs:
-            for job in _split(doc, limits, dpi, skip_text):
+            for job in _split(doc, limits, dpi, skip_text, layout=mode == "layout"):
                 while not batcher.submit(job, job.data, timeout=0.1):
                     yield from answer(batcher.poll())  # full: take what is done meanwhile
                 yield from answer(batcher.poll())
@@ -235,7 +244,9 @@ def _run(
     yield from answer([])
 
 
-def _split(doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool) -> Iterator[_Job]:
+def _split(
+    doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool, *, layout: bool = False
+) -> Iterator[_Job]:
     """The pages of one input that need OCR; the others are answered on ``doc`` directly."""
     from ocrstream.processors.split import iter_pages
 
@@ -259,7 +270,7 @@ def _split(doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool) -> Iter
                     status="ok" if page.text_lines else "empty",
                 )
             else:
-                yield _Job(doc, page.page_no, page.data)
+                yield _Job(doc, page.page_no, LayoutPage(page.data) if layout else page.data)
     except PoisonError as e:
         doc.error_code, doc.error_message = e.code, str(e)
         doc.page_count = 0

@@ -28,6 +28,14 @@ class Line:
 
 
 @dataclass(frozen=True, slots=True)
+class LayoutPage:
+    """A page given to the engine to be read in layout mode: lines, and blocks from them.
+    ``image`` is what the engine takes otherwise (encoded bytes or a decoded array)."""
+
+    image: Any
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     backend: str
     model: str
