@@ -2,7 +2,7 @@
 
 ``run`` is the main job: local services up if needed, topics and bucket ensured, the agents
 started under a supervisor, every file submitted, a progress bar per document, the outputs
-downloaded to ``DIR/<file stem>/document.{json,txt,pdf}``, ``DIR/summary.json`` written and a
+downloaded to ``DIR/<file stem>/document.{json,txt,pdf,md}``, ``DIR/summary.json`` written and a
 summary printed. It exits 0 when every document reached a terminal state (failed included).
 """
 

@@ -5,9 +5,10 @@ which is used as it is; with ``--skip-text``, pages that carry a usable text lay
 from it (confidence 1.0) and not OCRed. Pages of all inputs go through the engine together, in
 batches across files (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`, while the
 next inputs are split), and each input's output is written as soon as its last page is done:
-``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage") or ``.txt`` with
-``--output DIR``, standard output without (one JSON document per line when there are several
-inputs; text pages are separated by form feeds, as tesseract does).
+``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage"), ``.txt`` or ``.md``
+with ``--output DIR``, standard output without (one JSON document per line when there are
+several inputs; text pages are separated by form feeds, as tesseract does). ``--mode layout``
+adds each page's blocks (document.json) and gives ``--format markdown`` its structure.
 
 The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
 engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).
@@ -69,6 +70,19 @@ class _Doc:
     def text(self) -> str:
         return "\f".join(_page_text(self.pages[n]) for n in sorted(self.pages))
 
+    def markdown(self) -> str:
+        from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
+
+        pages = []
+        for n in sorted(self.pages):
+            page = self.pages[n]
+            if page.blocks is None:
+                lines = tuple(_page_text(page).splitlines())
+            else:
+                lines = tuple(line.text for line in page.lines)
+            pages.append(MarkdownPage(n, page.blocks, lines))
+        return render_markdown(pages)
+
 
 def _page_text(page: PageOCR) -> str:
     from ocrstream.processors.ocr.order import text_rows
@@ -100,10 +114,10 @@ def make_engine(settings: OcrSettings) -> Any:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "text"]),
+    type=click.Choice(["json", "text", "markdown"]),
     default="json",
     show_default=True,
-    help="document.json, or plain text in reading order.",
+    help="document.json, plain text in reading order, or Markdown (structure with --mode layout).",
 )
 @click.option(
     "--mode",
@@ -116,7 +130,7 @@ def make_engine(settings: OcrSettings) -> Any:
     "--output",
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write DIR/<stem>.json (or .txt) per input instead of standard output.",
+    help="Write DIR/<stem>.json (or .txt, .md) per input instead of standard output.",
 )
 @click.option(
     "--skip-text",
@@ -296,11 +310,13 @@ class _Writer:
                 path = self.output / f"{doc.doc_id}.json"
                 path.write_text(json.dumps(body, ensure_ascii=False, indent=2) + "\n", "utf-8")
         else:
-            text = doc.text()
+            markdown = self.fmt == "markdown"
+            text = doc.markdown() if markdown else doc.text()
             if self.output is None:
                 self._stdout(text)
             else:
-                (self.output / f"{doc.doc_id}.txt").write_text(text, "utf-8")
+                suffix = ".md" if markdown else ".txt"
+                (self.output / f"{doc.doc_id}{suffix}").write_text(text, "utf-8")
 
     @staticmethod
     def _stdout(text: str, stream: TextIO | None = None) -> None:
