@@ -334,9 +334,7 @@ _RIGHT = (
 )
 
 
-def two_column_scan(dpi: int = 150, noise: float = 6.0) -> LayoutSample:
-    """An A4 page scanned at ``dpi``: a title across the top, two columns of two paragraphs
-    each (one word hyphenated across a line end), and a page number as the footer."""
+def _two_column_doc() -> pymupdf.Document:
     doc = pymupdf.open()
     page = doc.new_page(width=A4[0], height=A4[1])
     page.insert_text((60, 90), TWO_COLUMN_TITLE, fontsize=26, fontname="helv")
@@ -348,21 +346,41 @@ def two_column_scan(dpi: int = 150, noise: float = 6.0) -> LayoutSample:
                 y += 16
             y += 22
     page.insert_text((290, 815), "7", fontsize=10, fontname="helv")
-    pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+    return doc
+
+
+def _flowed(lines: Sequence[str]) -> str:
+    text = ""
+    for line in lines:
+        text = text[:-1] + line if text.endswith("-") else (f"{text} {line}" if text else line)
+    return text
+
+
+def two_column_scan(dpi: int = 150, noise: float = 6.0) -> LayoutSample:
+    """An A4 page scanned at ``dpi``: a title across the top, two columns of two paragraphs
+    each (one word hyphenated across a line end), and a page number as the footer."""
+    doc = _two_column_doc()
+    pix = doc[0].get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
     gray = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width).copy()
     doc.close()
     speckle = np.random.default_rng(0).normal(0, noise, gray.shape).astype(np.int16)
     gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
-
-    def flowed(lines: Sequence[str]) -> str:
-        text = ""
-        for line in lines:
-            text = text[:-1] + line if text.endswith("-") else (f"{text} {line}" if text else line)
-        return text
-
     return LayoutSample(
         data=encode_image(gray, "png", dpi=dpi),
         title=TWO_COLUMN_TITLE,
-        paragraphs=tuple(flowed(p) for p in (*_LEFT, *_RIGHT)),
+        paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
+        footer="7",
+    )
+
+
+def two_column_pdf() -> LayoutSample:
+    """The page of :func:`two_column_scan` born digital: a PDF with its text as text."""
+    doc = _two_column_doc()
+    data = doc.tobytes()
+    doc.close()
+    return LayoutSample(
+        data=data,
+        title=TWO_COLUMN_TITLE,
+        paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
         footer="7",
     )

@@ -262,6 +262,7 @@ def _split(
     doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool, *, layout: bool = False
 ) -> Iterator[_Job]:
     """The pages of one input that need OCR; the others are answered on ``doc`` directly."""
+    from ocrstream.processors.layout.structure import text_layer_blocks
     from ocrstream.processors.split import iter_pages
 
     try:
@@ -282,6 +283,9 @@ def _split(
                     height=page.height,
                     lines=page.text_lines,
                     status="ok" if page.text_lines else "empty",
+                    blocks=text_layer_blocks(page.text_lines, page.width, page.height)
+                    if layout
+                    else None,
                 )
             else:
                 yield _Job(doc, page.page_no, LayoutPage(page.data) if layout else page.data)

@@ -119,6 +119,13 @@ def build_blocks(
     )
 
 
+def text_layer_blocks(lines: Sequence[Line], width: int, height: int) -> tuple[Block, ...]:
+    """The blocks of a born-digital page from its own text lines, without a model: lines
+    grouped into paragraphs by position and letter size (font size), big letters as headings
+    and the title, headers and footers by position, the same reading order."""
+    return build_blocks((), lines, width, height)
+
+
 def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:
     """The region that holds most of the line (at least half of it); containers first."""
     area = max(_area(box), 1e-6)

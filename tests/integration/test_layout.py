@@ -1,5 +1,6 @@
 """Parse mode ``layout`` on the real stack: a scanned two-column page comes back with its
-structure in document.json and document.md; the same page in text mode is unchanged."""
+structure in document.json and document.md; the same page in text mode is unchanged; the page
+born digital gets the same structure from its own text, without OCR."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ def test_a_layout_scan_comes_back_as_markdown_in_reading_order_and_text_mode_is_
     layout_id = client.submit(sample.data, mode="layout")
     text_id = client.submit(sample.data)  # the same bytes in text mode: another document
     assert layout_id != text_id
-    witness.wait_done([layout_id, text_id], timeout_s=240, pipeline=pipeline)
-    events = assert_exactly_once(witness, [layout_id, text_id])
+    born_digital = samples.two_column_pdf()
+    digital_id = client.submit(born_digital.data, mode="layout", text_layer=True)
+    witness.wait_done([layout_id, text_id, digital_id], timeout_s=240, pipeline=pipeline)
+    events = assert_exactly_once(witness, [layout_id, text_id, digital_id])
     assert set(events[layout_id].outputs) == {"json", "txt", "pdf", "md"}
     assert set(events[text_id].outputs) == {"json", "txt", "pdf"}
 
@@ -73,4 +76,14 @@ def test_a_layout_scan_comes_back_as_markdown_in_reading_order_and_text_mode_is_
         line["text"] for line in page["lines"]
     ]
     assert plain["txt"].read_text() == got["txt"].read_text()
+
+    # A born-digital PDF answered from its own text: the same structure, without OCR.
+    digital = client.download(digital_id, tmp_path / "digital")
+    digital_doc = json.loads(digital["json"].read_text())
+    assert digital_doc["engine"]["backend"] == "text-layer"
+    assert digital["md"].read_text().split("\n\n")[1:] == [
+        f"# {born_digital.title}",
+        *born_digital.paragraphs[:-1],
+        f"{born_digital.paragraphs[-1]}\n",
+    ]
     client.close()
