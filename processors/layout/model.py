@@ -16,6 +16,7 @@ per-class NMS are numpy here.
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +58,25 @@ class Detection:
 
 def single_output_model(path: Path, cache_dir: Path) -> Path:
     """A copy of the layout model whose one output is every head concatenated (see the module
-    docstring), cached by the source's hash."""
+    docstring), cached by the source's hash (in a private temporary folder if the cache is not
+    writable)."""
+    name = f"layout-{sha256_file(path)[:16]}-one-output.onnx"
+    try:
+        return _write_single_output(path, Path(cache_dir) / "models" / name)
+    except OSError as e:  # a read-only cache: a private temporary folder of this process
+        log.warning(
+            "cannot write the layout model to %s (%s): using a temporary copy", cache_dir, e
+        )
+    try:
+        return _write_single_output(path, Path(tempfile.mkdtemp(prefix="ocrstream-")) / name)
+    except OSError as e:
+        raise FatalError(f"no writable folder for {name}: {e}", code="model_invalid") from e
+
+
+def _write_single_output(path: Path, target: Path) -> Path:
     import onnx
     from onnx import helper
 
-    target = Path(cache_dir) / "models" / f"layout-{sha256_file(path)[:16]}-one-output.onnx"
     if target.is_file():
         return target
     model = onnx.load(str(path))

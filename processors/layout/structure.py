@@ -143,23 +143,30 @@ def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:
 def _paragraphs(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
     """Lines in no region, grouped: a line joins a group whose last line ends just above it
     (a gap under 1.2 line heights), overlaps it horizontally and has letters of its size
-    (within a third)."""
+    (within a third). Groups that end far above the line are closed, so a page of thousands
+    of lines stays linear in practice."""
     groups: list[list[int]] = []
+    extents: list[list[float]] = []  # each group's x0, x1, bottom
+    open_: list[int] = []  # groups that may still grow
     for i in sorted(idx, key=lambda j: (boxes[j][1], boxes[j][0])):
         x0, y0, x1, y1 = boxes[i]
         h = max(y1 - y0, 1.0)
-        for group in groups:
-            gx0, _, gx1, gy1 = _union([boxes[j] for j in group])
-            last = boxes[group[-1]][3] - boxes[group[-1]][1]
+        open_ = [g for g in open_ if y0 - extents[g][2] <= 1.2 * h or y0 - extents[g][2] < 0]
+        for g in open_:
+            gx0, gx1, gy1 = extents[g]
+            last = boxes[groups[g][-1]][3] - boxes[groups[g][-1]][1]
             if (
                 -0.5 * h <= y0 - gy1 <= 1.2 * h
                 and min(x1, gx1) - max(x0, gx0) > 0
                 and 0.75 <= h / max(last, 1.0) <= 1.33
             ):
-                group.append(i)
+                groups[g].append(i)
+                extents[g] = [min(gx0, x0), max(gx1, x1), max(gy1, y1)]
                 break
         else:
             groups.append([i])
+            extents.append([x0, x1, y1])
+            open_.append(len(groups) - 1)
     return groups
 
 

@@ -36,3 +36,13 @@ def test_the_engine_reads_a_two_column_scan_into_blocks_in_reading_order() -> No
     firsts = [b.text.split()[0] for b in body]
     assert firsts == ["Alpha", "Beta", "Gamma", "Delta"]
     assert "layout" in page.timings_ms
+
+
+def test_an_unwritable_cache_falls_back_to_a_private_temporary_copy(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ocrstream.processors.layout.model import single_output_model
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder would be")
+    path = single_output_model(verify(LAYOUT_CDLA), blocked)
+    assert path.is_file()
+    assert blocked not in path.parents

@@ -172,3 +172,31 @@ def test_big_letters_the_model_missed_are_a_heading_and_the_top_one_the_title() 
         ("heading", "Lakes"),
         ("text", "body three"),
     ]
+
+
+def test_a_table_of_500_rows_and_a_page_of_3000_loose_lines_stay_fast() -> None:
+    import time
+
+    rows = [
+        line
+        for r in range(500)
+        for line in (_line(f"item {r}", 100, 10 + r * 3, 300, 12 + r * 3),
+                     _line(str(r), 600, 10 + r * 3, 640, 12 + r * 3))
+    ]  # fmt: skip
+    started = time.perf_counter()
+    (table,) = build_blocks([Detection("table", 0.9, (90, 0, 700, 1600))], rows, W, H)
+    assert table.type == "table"
+    assert max(c.row for c in table.cells) == 499
+    assert {c.col for c in table.cells} == {0, 1}
+    loose = [_line(f"w{i}", (i % 30) * 40, (i // 30) * 17, (i % 30) * 40 + 30, (i // 30) * 17 + 12)
+             for i in range(3000)]  # fmt: skip
+    blocks = build_blocks([], loose, W, H)
+    assert sorted(i for b in blocks for i in b.lines) == list(range(3000))
+    assert time.perf_counter() - started < 10.0
+
+
+def test_a_page_without_text_or_regions_has_no_blocks() -> None:
+    assert build_blocks([], [], W, H) == ()
+    assert [
+        b.type for b in build_blocks([Detection("figure", 0.9, (0, 0, 100, 100))], [], W, H)
+    ] == ["figure"]
