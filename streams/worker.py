@@ -327,6 +327,8 @@ class OcrWorker:
         results: list[tuple[tuple[Pending, PreparedPage], PageOCR]] = self._engine.poll()
         for (page, prepared), ocr in results:
             self._window.release(page.pixels)
+            if "layout" in ocr.timings_ms:
+                self.metrics.stage_seconds.labels("layout").observe(ocr.timings_ms["layout"] / 1000)
             result = engine_result(prepared, ocr, self._engine_record, worker_id=self.worker_id)
             self._send_result(page, result)
 

@@ -52,6 +52,9 @@ def test_a_layout_scan_comes_back_as_markdown_in_reading_order_and_text_mode_is_
     assert result.blocks[0].type == "title"
     assert result.blocks[0].text == sample.title
 
+    # The layout step's time is on the worker's /metrics (one page went through the model).
+    assert pipeline.metric("worker", "ocrstream_stage_seconds_count", stage="layout") == 1
+
     got = client.download(layout_id, tmp_path / "layout")
     assert set(got) == {"json", "txt", "pdf", "md"}
     md = got["md"].read_text()
