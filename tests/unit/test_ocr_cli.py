@@ -171,3 +171,13 @@ def test_layout_mode_gives_blocks_in_json_and_structure_in_markdown(
     assert sample.paragraphs[2] in md  # "sum-" + "mer" re-flowed to "summer"
     text_mode = cli.invoke(main, ["ocr", "--format", "json", str(path)])
     assert "blocks" not in json.loads(text_mode.stdout)["pages"][0]
+
+
+def test_layout_mode_on_a_text_layer_page_gives_blocks_without_ocr(cli: CliRunner, pdf: Path):
+    result = cli.invoke(main, ["ocr", "--skip-text", "--mode", "layout", str(pdf)])
+    assert result.exit_code == 0, result.output
+    pages = json.loads(result.stdout)["pages"]
+    assert [(b["type"], b["text"]) for b in pages[0]["blocks"]] == [
+        ("text", "Born digital text layer 4711")
+    ]
+    assert pages[1]["blocks"]  # the scanned page went through the engine and the model
