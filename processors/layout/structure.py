@@ -114,9 +114,10 @@ def build_blocks(
             kind = "list"
         blocks.append(Block(kind, bbox, tuple(ordered), text))
     blocks = _titles(_big_text_headings(blocks, boxes), boxes, height)
-    return tuple(
-        blocks[i] for i in reading_order([b.bbox for b in blocks], [b.type for b in blocks])
-    )
+    # Ordered by where their text is: a region box that spills into the gutter between two
+    # columns must not join the columns into one.
+    cores = [_union([boxes[i] for i in b.lines]) if b.lines else b.bbox for b in blocks]
+    return tuple(blocks[i] for i in reading_order(cores, [b.type for b in blocks]))
 
 
 def text_layer_blocks(lines: Sequence[Line], width: int, height: int) -> tuple[Block, ...]:

@@ -200,3 +200,17 @@ def test_a_page_without_text_or_regions_has_no_blocks() -> None:
     assert [
         b.type for b in build_blocks([Detection("figure", 0.9, (0, 0, 100, 100))], [], W, H)
     ] == ["figure"]
+
+
+def test_a_region_box_that_spills_into_the_gutter_does_not_merge_the_columns() -> None:
+    detections, lines = _two_column_page()
+    # the model's left boxes reach 40 px into the right column's side of the gutter
+    spilled = [
+        Detection(d.label, d.score, (d.bbox[0], d.bbox[1], 700.0, d.bbox[3]))
+        if d.bbox[0] < 200 and d.label == "text" else d
+        for d in detections
+    ]  # fmt: skip
+    blocks = build_blocks(spilled, lines, W, H)
+    assert [b.text.split("\n")[0] for b in blocks][1:5] == [
+        "L1 first para", "L4 second para", "R1 first para", "R4 second para",
+    ]  # fmt: skip
