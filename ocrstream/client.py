@@ -39,7 +39,7 @@ from ocrstream.schemas.records import (
     ScanSubmitted,
     utc_now,
 )
-from ocrstream.settings import KafkaSettings, LimitsSettings, S3Settings
+from ocrstream.settings import ClientSettings, KafkaSettings, LimitsSettings, ParseMode, S3Settings
 from ocrstream.storage import ObjectStore, validate_doc_id
 from ocrstream.streams import topics
 from ocrstream.streams.media import extension
@@ -62,9 +62,12 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def content_doc_id(sha256: str, outputs: Sequence[str]) -> str:
-    """The default doc_id: the same bytes asked for the same outputs get the same id."""
+def content_doc_id(sha256: str, outputs: Sequence[str], mode: str = ParseMode.TEXT) -> str:
+    """The default doc_id: the same bytes asked for the same outputs in the same mode get the
+    same id (text mode's ids are those from before modes existed)."""
     key = f"{sha256}|{','.join(sorted(outputs))}|"  # the last field was languages: ids stay
+    if mode != ParseMode.TEXT:
+        key += f"|mode={mode}"
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -78,9 +81,11 @@ class OcrClient:
         *,
         limits: LimitsSettings | None = None,
         codec: Codec | None = None,
+        settings: ClientSettings | None = None,
     ) -> None:
         self.kafka, self.s3 = kafka, s3
         self.limits = limits or LimitsSettings()
+        self.settings = settings or ClientSettings()
         self.codec = codec or Codec(kafka)
         self._producer: RecordProducer | None = None
         self._store: ObjectStore | None = None
@@ -112,9 +117,14 @@ class OcrClient:
         text_layer: bool = False,
         trace_id: str | None = None,
         timeout_s: float = 60.0,
+        mode: str | None = None,
     ) -> str:
         """Upload (or inline) the file and publish its ScanSubmitted; returns the doc_id once
-        the record is acknowledged by the brokers."""
+        the record is acknowledged by the brokers.
+
+        ``mode`` is ``text`` or ``layout`` (blocks in reading order, and ``document.md``);
+        None takes ``ClientSettings.mode`` (``OCRSTREAM_CLIENT_MODE``, default ``text``)."""
+        parse_mode = ParseMode(mode) if mode is not None else self.settings.mode
         path = None if isinstance(source, bytes) else Path(source)
         if path is not None:
             size = path.stat().st_size
@@ -129,7 +139,9 @@ class OcrClient:
                               code="file_too_large")  # fmt: skip
         media_type = content_type or sniff(head) or "application/octet-stream"
         # An explicit id is checked as given: "" is refused, not replaced by the content id.
-        doc_id = validate_doc_id(content_doc_id(sha, outputs) if doc_id is None else doc_id)
+        if doc_id is None:
+            doc_id = content_doc_id(sha, outputs, parse_mode)
+        doc_id = validate_doc_id(doc_id)
         if size <= self.limits.max_inline_bytes:
             data = source if isinstance(source, bytes) else path.read_bytes()  # type: ignore[union-attr]
             scan_source = ScanSource(data=data)
@@ -147,7 +159,7 @@ class OcrClient:
             doc_id=doc_id, source=scan_source, content_type=media_type, sha256=sha,
             size_bytes=size, submitted_at=utc_now(), tenant=tenant, priority=priority,
             outputs=tuple(outputs), attributes=attrs,
-            trace_id=trace_id or uuid.uuid4().hex,
+            trace_id=trace_id or uuid.uuid4().hex, mode=parse_mode.value,
         )  # fmt: skip
         errors: list[str] = []
 
@@ -272,7 +284,7 @@ class OcrClient:
         self,
         doc_id: str,
         directory: str | os.PathLike[str],
-        formats: Sequence[str] = DEFAULT_OUTPUTS,
+        formats: Sequence[str] = (*DEFAULT_OUTPUTS, "md"),
     ) -> dict[str, Path]:
         """Fetch the document's outputs into ``directory``/document.{fmt}; missing ones are
         skipped (a failed document has none)."""

@@ -170,6 +170,21 @@ class LimitsSettings(BaseSettings):
     max_message_bytes: int = 4 * 1024 * 1024
 
 
+class ParseMode(StrEnum):
+    """What a document is read for: ``text`` (lines) or ``layout`` (lines plus blocks)."""
+
+    TEXT = "text"
+    LAYOUT = "layout"
+
+
+class ClientSettings(BaseSettings):
+    """What the producer SDK and ``ocrstream submit/run`` ask for when the caller does not say."""
+
+    model_config = _frozen("OCRSTREAM_CLIENT_")
+
+    mode: ParseMode = ParseMode.TEXT
+
+
 class OcrBackend(StrEnum):
     AUTO = "auto"
     ONNXRUNTIME = "onnxruntime"

@@ -24,12 +24,19 @@ from datetime import datetime
 from typing import Any
 
 from ocrstream.errors import ReasonCode
+from ocrstream.processors.layout.blocks import Block
+from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
 from ocrstream.processors.ocr.types import Line, PageOCR
 from ocrstream.processors.searchable_pdf import ImageSource, build_searchable_pdf
 
 log = logging.getLogger(__name__)
 
-OUTPUT_FILES = {"json": "document.json", "txt": "document.txt", "pdf": "document.pdf"}
+OUTPUT_FILES = {
+    "json": "document.json",
+    "txt": "document.txt",
+    "pdf": "document.pdf",
+    "md": "document.md",
+}
 READABLE = frozenset({"ok", "empty"})
 _LISTED = 20  # page numbers quoted in an error message
 
@@ -122,6 +129,23 @@ class AssembledDocument:
             out.append(f"{body}\n\f" if body else "\f")
         return "".join(out)
 
+    def markdown(self) -> str:
+        """document.md: every page 1..page_count after its page-break marker; pages read in
+        layout mode rendered from their blocks (:mod:`ocrstream.processors.layout.markdown`),
+        others as their lines, unreadable ones as the marker alone."""
+        by_no = {page.page_no: page for page in self.pages}
+        pages = []
+        for page_no in range(1, self.page_count + 1):
+            page = by_no.get(page_no)
+            if page is None or not page.readable:
+                pages.append(MarkdownPage(page_no, (), ()))
+                continue
+            lines = tuple(line.text for line in page.ocr.lines)
+            if page.ocr.blocks is None:
+                lines = tuple(page_text(page.ocr.lines).split("\n"))
+            pages.append(MarkdownPage(page_no, page.ocr.blocks, lines))
+        return render_markdown(pages)
+
 
 def page_text(lines: Sequence[Line]) -> str:
     """A page's text: the engine's reading order, one line per text line. Consecutive pieces
@@ -182,6 +206,7 @@ def page_from_mapping(data: Mapping[str, Any]) -> tuple[PageOCR, Mapping[str, st
     if status not in ("ok", "empty", "failed"):
         status = "failed"  # readers map statuses they don't know to failed
     engine = data.get("engine")
+    blocks = data.get("blocks")
     ocr = PageOCR(
         width=int(data.get("width") or 0),
         height=int(data.get("height") or 0),
@@ -191,6 +216,7 @@ def page_from_mapping(data: Mapping[str, Any]) -> tuple[PageOCR, Mapping[str, st
         error_code=error.get("code") if error else None,
         error_message=error.get("message") if error else None,
         skew=float(data.get("skew") or 0.0),
+        blocks=None if blocks is None else tuple(Block.from_mapping(b) for b in blocks),
     )
     return ocr, ({k: str(v) for k, v in engine.items()} if engine else None)
 
@@ -300,7 +326,8 @@ def render_outputs(
     get_image: ImageSource | None = None,
     outputs: Iterable[str] = ("json", "txt", "pdf"),
 ) -> dict[str, bytes]:
-    """The requested outputs by name (``json``, ``txt``, ``pdf``; see :data:`OUTPUT_FILES`).
+    """The requested outputs by name (``json``, ``txt``, ``pdf``, ``md``; see
+    :data:`OUTPUT_FILES`).
 
     ``pdf`` needs ``get_image``; without it, or for a document with no page, it is skipped.
     """
@@ -310,6 +337,8 @@ def render_outputs(
         out["json"] = doc.json_bytes()
     if "txt" in wanted:
         out["txt"] = doc.text().encode()
+    if "md" in wanted:
+        out["md"] = doc.markdown().encode()
     if "pdf" in wanted and get_image is not None and doc.page_count > 0:
         out["pdf"] = searchable_pdf(doc, get_image)
     return out

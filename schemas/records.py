@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Self
 
 NAMESPACE = "io.ocrstream.v1"
 DEFAULT_OUTPUTS: tuple[str, ...] = ("json", "txt", "pdf")
+#: Parse modes: ``text`` (lines only) and ``layout`` (lines plus blocks, and document.md).
+MODES: tuple[str, ...] = ("text", "layout")
 
 
 def utc_now() -> datetime:
@@ -159,6 +161,31 @@ class Timings(_Avro):
 
 
 @dataclass(frozen=True, slots=True)
+class Cell(_Avro):
+    """A table cell: grid position, span, box ``[x0, y0, x1, y1]`` in page pixels, text."""
+
+    row: int
+    col: int
+    rowspan: int = 1
+    colspan: int = 1
+    bbox: tuple[float, ...] = ()
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Block(_Avro):
+    """A layout block: type, box ``[x0, y0, x1, y1]``, indices into the page's lines, text;
+    ``html`` and ``cells`` for tables."""
+
+    type: str
+    bbox: tuple[float, ...] = ()
+    lines: tuple[int, ...] = ()
+    text: str = ""
+    html: str | None = None
+    cells: tuple[Cell, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ScanSource(_Avro):
     """Where a submitted file is: ``uri`` (``s3://bucket/key``) or inline ``data``."""
 
@@ -194,6 +221,7 @@ class ScanSubmitted(_Avro):
     outputs: tuple[str, ...] = DEFAULT_OUTPUTS
     attributes: Mapping[str, str] = field(default_factory=dict)
     trace_id: str | None = None
+    mode: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +246,7 @@ class PageTask(_Avro):
     trace_id: str | None = None
     priority: int = 0
     tenant: str = ""
+    mode: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +274,8 @@ class PageResult(_Avro):
     attempt: int = 0
     trace_id: str | None = None
     tenant: str = ""
+    mode: str = "text"
+    blocks: tuple[Block, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ _EXT = re.compile(r"[a-z0-9]{1,10}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _KEY_MAX_BYTES = 1024
 MAX_PAGE_NO = 99_999  # the layout's five digits
-DOCUMENT_FORMATS = ("json", "txt", "pdf")
+DOCUMENT_FORMATS = ("json", "txt", "pdf", "md")
 
 
 class InvalidUriError(PoisonError):

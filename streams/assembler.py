@@ -332,7 +332,7 @@ class Assembler:
             doc_id, page_count, results, source_sha256=effect.source_sha256 or None,
             submitted_at=submitted_at, completed_at=completed_at,
         )  # fmt: skip
-        formats = [f for f in effect.outputs or outputs.FORMATS if f in outputs.FORMATS]
+        formats = [f for f in effect.outputs or outputs.FORMATS if f in outputs.CONTENT_TYPES]
         written = await self._write_outputs(assembled, formats, effect.source_uri)
         return _Written(assembled, written, submitted_at, completed_at, started)
 

@@ -132,4 +132,5 @@ def _task_of(result: PageResult) -> PageTask:
         attempt=result.attempt,
         trace_id=result.trace_id,
         tenant=result.tenant,
+        mode=result.mode,
     )

@@ -22,8 +22,13 @@ import numpy.typing as npt
 
 from ocrstream.errors import PoisonError
 from ocrstream.processors.imageio import PageTooLargeError, decode_image
+from ocrstream.processors.layout.blocks import Block as PageBlock
+from ocrstream.processors.layout.structure import text_layer_blocks
+from ocrstream.processors.ocr.types import Line as OcrLine
 from ocrstream.processors.ocr.types import PageOCR
 from ocrstream.schemas.records import (
+    Block,
+    Cell,
     Engine,
     ErrorInfo,
     Line,
@@ -109,6 +114,7 @@ def _base(task: PageTask, worker_id: str) -> dict[str, object]:
         "attempt": task.attempt,
         "trace_id": task.trace_id,
         "tenant": task.tenant,
+        "mode": task.mode,
     }
 
 
@@ -123,13 +129,24 @@ def failed_result(task: PageTask, error: ErrorInfo, *, worker_id: str = "") -> P
 
 
 def text_layer_result(task: PageTask, *, worker_id: str = "") -> PageResult:
+    """A page answered from the PDF's own text; in layout mode with blocks made from it
+    (:func:`~ocrstream.processors.layout.structure.text_layer_blocks`), without OCR."""
     lines = task.text_layer or ()
+    blocks = None
+    if task.mode == "layout":
+        page_lines = [
+            OcrLine(line.text, line.confidence, tuple((p.x, p.y) for p in line.polygon))  # type: ignore[arg-type]
+            for line in lines
+        ]
+        found = text_layer_blocks(page_lines, task.width, task.height)
+        blocks = tuple(block_record(b) for b in found)
     return PageResult(
         status=PageStatus.OK if lines else PageStatus.EMPTY,
         width=task.width,
         height=task.height,
         lines=tuple(lines),
         engine=TEXT_LAYER_ENGINE,
+        blocks=blocks,
         **_base(task, worker_id),  # type: ignore[arg-type]
     )
 
@@ -166,5 +183,21 @@ def engine_result(
         lines=lines,
         engine=engine,
         timings=timings,
+        blocks=None if ocr.blocks is None else tuple(block_record(b) for b in ocr.blocks),
         **_base(page.task, worker_id),  # type: ignore[arg-type]
+    )
+
+
+def block_record(block: PageBlock) -> Block:
+    """A layout block as the PageResult record carries it."""
+    return Block(
+        type=block.type,
+        bbox=tuple(round(v, 1) for v in block.bbox),
+        lines=block.lines,
+        text=block.text,
+        html=block.to_dict().get("html"),
+        cells=tuple(
+            Cell(c.row, c.col, c.rowspan, c.colspan, tuple(round(v, 1) for v in c.bbox), c.text)
+            for c in block.cells
+        ),
     )

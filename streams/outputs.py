@@ -20,11 +20,12 @@ from ocrstream.processors.split import iter_pages
 from ocrstream.schemas.records import PageResult
 from ocrstream.settings import LimitsSettings
 
-FORMATS = ("json", "txt", "pdf")
+FORMATS = ("json", "txt", "pdf")  # what a document gets when its pages name no outputs
 CONTENT_TYPES = {
     "json": "application/json",
     "txt": "text/plain; charset=utf-8",
     "pdf": "application/pdf",
+    "md": "text/markdown; charset=utf-8",
 }
 
 
@@ -57,7 +58,7 @@ def build(
     limits: LimitsSettings,
 ) -> dict[str, tuple[bytes, str]]:
     """The requested outputs as (bytes, content type); the PDF only when ``source`` is set."""
-    wanted = [f for f in formats if f in FORMATS]
+    wanted = [f for f in formats if f in CONTENT_TYPES]
     if "pdf" not in wanted or source is None:
         rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
     else:

@@ -107,6 +107,14 @@ def wants_text_layer(scan: ScanSubmitted, default: bool) -> bool:
     return default or value.lower() in ("1", "true", "yes", "on")
 
 
+def page_outputs(scan: ScanSubmitted) -> tuple[str, ...]:
+    """The outputs the pages ask the assembler for: the scan's, plus ``md`` in layout mode."""
+    outputs = tuple(scan.outputs)
+    if scan.mode == "layout" and "md" not in outputs:
+        outputs += ("md",)
+    return outputs
+
+
 def page_task(
     scan: ScanSubmitted,
     page: SplitPage,
@@ -126,12 +134,13 @@ def page_task(
         source_sha256=scan.sha256,
         source_uri=source_uri,
         content_type=content_type,
-        outputs=scan.outputs,
+        outputs=page_outputs(scan),
         submitted_at=scan.submitted_at,
         text_layer=_lines(page.text_lines) if page.text_lines is not None else None,
         trace_id=scan.trace_id,
         priority=scan.priority,
         tenant=scan.tenant,
+        mode=scan.mode,
     )
 
 
@@ -148,11 +157,12 @@ def failed_page(
         source_sha256=scan.sha256,
         source_uri=source_uri,
         content_type=content_type,
-        outputs=scan.outputs,
+        outputs=page_outputs(scan),
         submitted_at=scan.submitted_at,
         completed_at=utc_now(),
         trace_id=scan.trace_id,
         tenant=scan.tenant,
+        mode=scan.mode,
     )
 
 

@@ -53,7 +53,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.logs import log_context
 from ocrstream.processors.ocr.batching import BatchingEngine, PageEngine
-from ocrstream.processors.ocr.types import PageOCR
+from ocrstream.processors.ocr.types import LayoutPage, PageOCR
 from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import Engine, PageResult, PageTask
 from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerSettings
@@ -295,7 +295,10 @@ class OcrWorker:
                     log.info("the store answers again: fetching the %d waiting pages", waiting)
                 self.metrics.stage_seconds.labels("decode").observe(prepared.decode_ms / 1000)
                 if prepared.needs_ocr:
-                    self._engine.submit((page, prepared), prepared.image)
+                    image: object = prepared.image
+                    if prepared.task.mode == "layout":
+                        image = LayoutPage(image)  # blocks too, in the same batch as the OCR
+                    self._engine.submit((page, prepared), image)
                 else:
                     self._window.release(page.pixels)
                     self._send_result(page, unread_result(prepared, worker_id=self.worker_id))
@@ -324,6 +327,8 @@ class OcrWorker:
         results: list[tuple[tuple[Pending, PreparedPage], PageOCR]] = self._engine.poll()
         for (page, prepared), ocr in results:
             self._window.release(page.pixels)
+            if "layout" in ocr.timings_ms:
+                self.metrics.stage_seconds.labels("layout").observe(ocr.timings_ms["layout"] / 1000)
             result = engine_result(prepared, ocr, self._engine_record, worker_id=self.worker_id)
             self._send_result(page, result)
 

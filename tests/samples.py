@@ -307,3 +307,80 @@ def _page(w: float, h: float, contents: bytes, resources: bytes) -> bytes:
         contents,
         resources,
     )
+
+
+# -- layout ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutSample:
+    """A scanned page with structure: its PNG and what a reader should find on it."""
+
+    data: bytes
+    title: str
+    paragraphs: tuple[str, ...]  # in reading order: the left column's, then the right's
+    footer: str
+
+
+TWO_COLUMN_TITLE = "Rivers of the North"
+# Each paragraph as its printed lines; a line ending in "-" continues its word on the next.
+_LEFT = (
+    ("Alpha rivers begin in the hills", "and run down to the lakes in", "the spring."),
+    ("Beta bridges cross the water", "where the banks are low and", "the towns are old."),
+)
+_RIGHT = (
+    ("Gamma boats carry timber and", "grain to the harbour in sum-", "mer and in autumn."),
+    ("Delta farms line the valley", "floor from the mountains to", "the sea."),
+)
+
+
+def _two_column_doc() -> pymupdf.Document:
+    doc = pymupdf.open()
+    page = doc.new_page(width=A4[0], height=A4[1])
+    page.insert_text((60, 90), TWO_COLUMN_TITLE, fontsize=26, fontname="helv")
+    for x, paragraphs in ((50, _LEFT), (315, _RIGHT)):
+        y = 150.0
+        for paragraph in paragraphs:
+            for line in paragraph:
+                page.insert_text((x, y), line, fontsize=11, fontname="helv")
+                y += 16
+            y += 22
+    page.insert_text((290, 815), "7", fontsize=10, fontname="helv")
+    return doc
+
+
+def _flowed(lines: Sequence[str]) -> str:
+    text = ""
+    for line in lines:
+        text = text[:-1] + line if text.endswith("-") else (f"{text} {line}" if text else line)
+    return text
+
+
+def two_column_scan(dpi: int = 150, noise: float = 6.0) -> LayoutSample:
+    """An A4 page scanned at ``dpi``: a title across the top, two columns of two paragraphs
+    each (one word hyphenated across a line end), and a page number as the footer."""
+    doc = _two_column_doc()
+    pix = doc[0].get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+    gray = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width).copy()
+    doc.close()
+    speckle = np.random.default_rng(0).normal(0, noise, gray.shape).astype(np.int16)
+    gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
+    return LayoutSample(
+        data=encode_image(gray, "png", dpi=dpi),
+        title=TWO_COLUMN_TITLE,
+        paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
+        footer="7",
+    )
+
+
+def two_column_pdf() -> LayoutSample:
+    """The page of :func:`two_column_scan` born digital: a PDF with its text as text."""
+    doc = _two_column_doc()
+    data = doc.tobytes()
+    doc.close()
+    return LayoutSample(
+        data=data,
+        title=TWO_COLUMN_TITLE,
+        paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
+        footer="7",
+    )

@@ -2,7 +2,7 @@
 
 ``run`` is the main job: local services up if needed, topics and bucket ensured, the agents
 started under a supervisor, every file submitted, a progress bar per document, the outputs
-downloaded to ``DIR/<file stem>/document.{json,txt,pdf}``, ``DIR/summary.json`` written and a
+downloaded to ``DIR/<file stem>/document.{json,txt,pdf,md}``, ``DIR/summary.json`` written and a
 summary printed. It exits 0 when every document reached a terminal state (failed included).
 """
 
@@ -31,6 +31,13 @@ _FILES = click.argument(
 )  # fmt: skip
 
 
+_MODE = click.option(
+    "--mode", type=click.Choice(["text", "layout"]), default=None,
+    help="text: lines; layout: also blocks in reading order and document.md "
+         "(default OCRSTREAM_CLIENT_MODE, else text).",
+)  # fmt: skip
+
+
 def _client() -> Any:
     from ocrstream.client import OcrClient
     from ocrstream.settings import KafkaSettings, S3Settings
@@ -41,16 +48,18 @@ def _client() -> Any:
 @click.command()
 @_FILES
 @click.option("--doc-id", default=None, help="The doc_id (one file only); default from content.")
-@click.option("--output", "outputs", multiple=True, type=click.Choice(["json", "txt", "pdf"]),
-              help="Outputs to make (repeat; default all).")  # fmt: skip
+@click.option("--output", "outputs", multiple=True,
+              type=click.Choice(["json", "txt", "pdf", "md"]),
+              help="Outputs (repeat; default json, txt, pdf, and md in layout mode).")  # fmt: skip
 @click.option("--attribute", "attributes", multiple=True, metavar="KEY=VALUE",
               help="Metadata passed through to the document event (repeat).")  # fmt: skip
 @click.option("--text-layer/--no-text-layer", default=False,
               help="Answer pages with a usable PDF text layer from it, without OCR.")  # fmt: skip
 @click.option("--tenant", default="", help="The submitting tenant, passed to the document event.")
+@_MODE
 def submit(
     files: Sequence[Path], doc_id: str | None, outputs: Sequence[str],
-    attributes: Sequence[str], text_layer: bool, tenant: str,
+    attributes: Sequence[str], text_layer: bool, tenant: str, mode: str | None,
 ) -> None:  # fmt: skip
     """Submit files for OCR; prints FILE<TAB>doc_id for each."""
     if doc_id and len(files) > 1:
@@ -61,7 +70,7 @@ def submit(
         for path in files:
             got = client.submit(
                 path, doc_id, outputs=outputs or ("json", "txt", "pdf"),
-                attributes=attrs, text_layer=text_layer, tenant=tenant,
+                attributes=attrs, text_layer=text_layer, tenant=tenant, mode=mode,
             )  # fmt: skip
             click.echo(f"{path}\t{got}")
     except OcrstreamError as e:
@@ -180,9 +189,10 @@ def _bring_up(no_infra: bool, partitions_scale: float) -> None:
               help="Partition counts of topics this creates, times this.")  # fmt: skip
 @click.option("--text-layer/--no-text-layer", default=False,
               help="Answer pages with a usable PDF text layer from it, without OCR.")  # fmt: skip
+@_MODE
 def run(
     files: Sequence[Path], out_dir: Path, workers: int | None, timeout: float, no_infra: bool,
-    no_agents: bool, partitions_scale: float, text_layer: bool,
+    no_agents: bool, partitions_scale: float, text_layer: bool, mode: str | None,
 ) -> None:  # fmt: skip
     """OCR FILES through the pipeline and download the outputs to DIR/<file stem>/."""
     from rich.console import Console
@@ -228,7 +238,7 @@ def run(
             for doc in docs:
                 doc.task = progress.add_task(doc.path.name, total=None, state="submitting")
                 try:
-                    doc.doc_id = client.submit(doc.path, text_layer=text_layer)
+                    doc.doc_id = client.submit(doc.path, text_layer=text_layer, mode=mode)
                 except OcrstreamError as e:
                     doc.status, doc.reason = "rejected", e.code
                     progress.update(doc.task, state=f"[red]rejected {e.code}", total=1)

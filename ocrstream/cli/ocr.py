@@ -5,9 +5,10 @@ which is used as it is; with ``--skip-text``, pages that carry a usable text lay
 from it (confidence 1.0) and not OCRed. Pages of all inputs go through the engine together, in
 batches across files (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`, while the
 next inputs are split), and each input's output is written as soon as its last page is done:
-``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage") or ``.txt`` with
-``--output DIR``, standard output without (one JSON document per line when there are several
-inputs; text pages are separated by form feeds, as tesseract does).
+``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage"), ``.txt`` or ``.md``
+with ``--output DIR``, standard output without (one JSON document per line when there are
+several inputs; text pages are separated by form feeds, as tesseract does). ``--mode layout``
+adds each page's blocks (document.json) and gives ``--format markdown`` its structure.
 
 The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
 engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).
@@ -25,7 +26,7 @@ from typing import Any, TextIO
 import click
 
 from ocrstream.errors import OcrstreamError, PoisonError
-from ocrstream.processors.ocr.types import EngineInfo, PageOCR
+from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR
 from ocrstream.settings import LimitsSettings, OcrBackend, OcrSettings
 
 
@@ -69,6 +70,19 @@ class _Doc:
     def text(self) -> str:
         return "\f".join(_page_text(self.pages[n]) for n in sorted(self.pages))
 
+    def markdown(self) -> str:
+        from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
+
+        pages = []
+        for n in sorted(self.pages):
+            page = self.pages[n]
+            if page.blocks is None:
+                lines = tuple(_page_text(page).splitlines())
+            else:
+                lines = tuple(line.text for line in page.lines)
+            pages.append(MarkdownPage(n, page.blocks, lines))
+        return render_markdown(pages)
+
 
 def _page_text(page: PageOCR) -> str:
     from ocrstream.processors.ocr.order import text_rows
@@ -81,7 +95,7 @@ def _page_text(page: PageOCR) -> str:
 class _Job:
     doc: _Doc
     page_no: int
-    data: bytes
+    data: bytes | LayoutPage
 
 
 # How long the first pages split wait for more to fill a batch while the engine is idle.
@@ -100,16 +114,23 @@ def make_engine(settings: OcrSettings) -> Any:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "text"]),
+    type=click.Choice(["json", "text", "markdown"]),
     default="json",
     show_default=True,
-    help="document.json, or plain text in reading order.",
+    help="document.json, plain text in reading order, or Markdown (structure with --mode layout).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["text", "layout"]),
+    default="text",
+    show_default=True,
+    help="layout: also the blocks of each page (titles, paragraphs, tables …) in reading order.",
 )
 @click.option(
     "--output",
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write DIR/<stem>.json (or .txt) per input instead of standard output.",
+    help="Write DIR/<stem>.json (or .txt, .md) per input instead of standard output.",
 )
 @click.option(
     "--skip-text",
@@ -135,6 +156,7 @@ def make_engine(settings: OcrSettings) -> Any:
 def ocr(
     files: tuple[Path, ...],
     fmt: str,
+    mode: str,
     output: Path | None,
     skip_text: bool,
     backend: str | None,
@@ -167,7 +189,7 @@ def ocr(
     writer = _Writer(engine.info, fmt, output, several=len(docs) > 1)
     failed = 0
     try:
-        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch)):
+        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode):
             writer.write(doc)
             if doc.status == "failed":
                 failed += 1
@@ -203,6 +225,7 @@ def _run(
     dpi: int,
     skip_text: bool,
     batch: int,
+    mode: str = "text",
 ) -> Iterator[_Doc]:
     """Every document, finished, in input order. The engine reads the pages already split, in
     batches across files, while the next pages are split; a page that breaks the engine fails
@@ -224,7 +247,7 @@ def _run(
     )
     with batcher:
         for doc in docs:
-            for job in _split(doc, limits, dpi, skip_text):
+            for job in _split(doc, limits, dpi, skip_text, layout=mode == "layout"):
                 while not batcher.submit(job, job.data, timeout=0.1):
                     yield from answer(batcher.poll())  # full: take what is done meanwhile
                 yield from answer(batcher.poll())
@@ -235,8 +258,11 @@ def _run(
     yield from answer([])
 
 
-def _split(doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool) -> Iterator[_Job]:
+def _split(
+    doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool, *, layout: bool = False
+) -> Iterator[_Job]:
     """The pages of one input that need OCR; the others are answered on ``doc`` directly."""
+    from ocrstream.processors.layout.structure import text_layer_blocks
     from ocrstream.processors.split import iter_pages
 
     try:
@@ -257,9 +283,12 @@ def _split(doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool) -> Iter
                     height=page.height,
                     lines=page.text_lines,
                     status="ok" if page.text_lines else "empty",
+                    blocks=text_layer_blocks(page.text_lines, page.width, page.height)
+                    if layout
+                    else None,
                 )
             else:
-                yield _Job(doc, page.page_no, page.data)
+                yield _Job(doc, page.page_no, LayoutPage(page.data) if layout else page.data)
     except PoisonError as e:
         doc.error_code, doc.error_message = e.code, str(e)
         doc.page_count = 0
@@ -285,11 +314,13 @@ class _Writer:
                 path = self.output / f"{doc.doc_id}.json"
                 path.write_text(json.dumps(body, ensure_ascii=False, indent=2) + "\n", "utf-8")
         else:
-            text = doc.text()
+            markdown = self.fmt == "markdown"
+            text = doc.markdown() if markdown else doc.text()
             if self.output is None:
                 self._stdout(text)
             else:
-                (self.output / f"{doc.doc_id}.txt").write_text(text, "utf-8")
+                suffix = ".md" if markdown else ".txt"
+                (self.output / f"{doc.doc_id}{suffix}").write_text(text, "utf-8")
 
     @staticmethod
     def _stdout(text: str, stream: TextIO | None = None) -> None:

@@ -4,7 +4,10 @@ One call runs every stage on the whole set of pages before the next stage starts
 
 decode → (orientation) → (deskew) → det in same-shape batches → reading order → crop and
 rectify every line of every page → (line 0/180 classifier) → rec on width-bucketed batches
-drawn from all pages at once → CTC → lines below ``min_confidence`` dropped.
+drawn from all pages at once → CTC → lines below ``min_confidence`` dropped → for pages given
+as :class:`~ocrstream.processors.ocr.types.LayoutPage`, the layout model on the upright page
+and the blocks built from its regions and the page's lines
+(:mod:`ocrstream.processors.layout`). The layout model is loaded on the first such page.
 
 A page that cannot be decoded or is over the pixel limit comes back ``failed`` with a reason
 code; a page with no text comes back ``empty``; nothing about one page fails another. An error
@@ -31,6 +34,8 @@ import numpy.typing as npt
 
 from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
+from ocrstream.processors.layout.model import Detection, LayoutDetector
+from ocrstream.processors.layout.structure import build_blocks
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
@@ -43,7 +48,7 @@ from ocrstream.processors.ocr.orientation import (
     estimate_skew,
     upside_down,
 )
-from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
+from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, Line, PageOCR
 from ocrstream.settings import OcrSettings
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,8 @@ class _Page:
     skew: float = 0.0
     boxes: list[det_mod.Box] = field(default_factory=list)
     texts: list[tuple[str, float]] = field(default_factory=list)
+    layout: bool = False
+    regions: list[Detection] = field(default_factory=list)
     ms: dict[str, float] = field(
         default_factory=lambda: {"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0}
     )
@@ -132,6 +139,7 @@ class OcrEngine:
                 self.models.orientation_path, "cls", opt_shape=(8, 3, 224, 224)
             )
         self._charset = self._check_charset()
+        self._layout: LayoutDetector | None = None
         self._lock = threading.Lock()
         self._info = EngineInfo(
             backend=self._backend.name,
@@ -180,12 +188,13 @@ class OcrEngine:
 
     # --- the batch call -------------------------------------------------------------------
 
-    def recognize(self, images: Sequence[PageInput]) -> list[PageOCR]:
-        """Recognise many pages in one call: BGR/gray arrays or encoded image bytes."""
+    def recognize(self, images: Sequence[PageInput | LayoutPage]) -> list[PageOCR]:
+        """Recognise many pages in one call: BGR/gray arrays or encoded image bytes, each
+        wrapped in a :class:`LayoutPage` to get its blocks too."""
         with self._lock:
             return self._recognize(images)
 
-    def _recognize(self, images: Sequence[PageInput]) -> list[PageOCR]:
+    def _recognize(self, images: Sequence[PageInput | LayoutPage]) -> list[PageOCR]:
         pages = [self._decode(img) for img in images]
         live = [p for p in pages if p.image is not None]
         if live:
@@ -197,13 +206,15 @@ class OcrEngine:
             if self._orient is not None:
                 self._settle_flips([p for p in live if p.check_flip and p.boxes])
             self._read(live)
+            self._find_regions([p for p in live if p.layout])
         return [self._finish(p) for p in pages]
 
-    def _decode(self, data: PageInput) -> _Page:
-        page = _Page()
+    def _decode(self, data: PageInput | LayoutPage) -> _Page:
+        page = _Page(layout=isinstance(data, LayoutPage))
+        image = data.image if isinstance(data, LayoutPage) else data
         start = time.perf_counter()
         try:
-            page.image = decode_image(data, max_pixels=self.settings.max_page_pixels)
+            page.image = decode_image(image, max_pixels=self.settings.max_page_pixels)
         except PoisonError as e:
             page.result = PageOCR(
                 width=0,
@@ -215,6 +226,18 @@ class OcrEngine:
             )
         page.ms["decode"] = (time.perf_counter() - start) * 1000
         return page
+
+    def _find_regions(self, pages: list[_Page]) -> None:
+        """The layout model on each layout page (its input is one page: no batch axis)."""
+        if not pages:
+            return
+        if self._layout is None:
+            self._layout = LayoutDetector(self.settings, self._backend)
+        for page in pages:
+            assert page.image is not None
+            start = time.perf_counter()
+            page.regions = self._layout.detect(page.image)
+            page.ms["layout"] = (time.perf_counter() - start) * 1000
 
     def _fix_orientation(self, pages: list[_Page]) -> None:
         assert self._orient is not None
@@ -368,10 +391,16 @@ class OcrEngine:
             polygon = tuple((float(x), float(y)) for x, y in box.quad.tolist())
             kept.append(Line(text=text, confidence=conf, polygon=polygon))  # type: ignore[arg-type]
         h, w = page.image.shape[:2]
+        blocks = None
+        if page.layout:
+            start = time.perf_counter()
+            blocks = build_blocks(page.regions, kept, int(w), int(h))
+            page.ms["layout"] = page.ms.get("layout", 0.0) + (time.perf_counter() - start) * 1000
         page.ms["total"] = sum(v for k, v in page.ms.items() if k != "total")
         return PageOCR(
             width=int(w),
             height=int(h),
+            blocks=blocks,
             lines=tuple(kept),
             rotation=page.rotation,
             status="ok" if kept else "empty",

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ocrstream.processors.layout.blocks import Block
 
 Point = tuple[float, float]
 
@@ -22,6 +25,14 @@ class Line:
             "confidence": round(float(self.confidence), 4),
             "polygon": [[round(float(x), 1), round(float(y), 1)] for x, y in self.polygon],
         }
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutPage:
+    """A page given to the engine to be read in layout mode: lines, and blocks from them.
+    ``image`` is what the engine takes otherwise (encoded bytes or a decoded array)."""
+
+    image: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +59,7 @@ class PageOCR:
     error_message: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     skew: float = 0.0  # degrees the page was turned counter-clockwise by deskew (0: not)
+    blocks: tuple[Block, ...] | None = None  # layout mode: in reading order; None: text mode
 
     @property
     def text(self) -> str:
@@ -64,4 +76,6 @@ class PageOCR:
         }
         if self.error_code:
             out["error"] = {"code": self.error_code, "message": self.error_message or ""}
+        if self.blocks is not None:
+            out["blocks"] = [block.to_dict() for block in self.blocks]
         return out

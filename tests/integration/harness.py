@@ -679,14 +679,16 @@ def assert_complete(
 # --- records for the duplicate and poison cases ------------------------------------------------
 
 
-def scan_record(doc: LoadDoc, *, outputs: Sequence[str] = ("json", "txt")) -> ScanSubmitted:
+def scan_record(
+    doc: LoadDoc, *, outputs: Sequence[str] = ("json", "txt"), mode: str = "text"
+) -> ScanSubmitted:
     """The ScanSubmitted the SDK would publish for ``doc`` (inline source)."""
     import hashlib
 
     return ScanSubmitted(
         doc_id=doc.doc_id, source=ScanSource(data=doc.data), content_type="application/pdf",
         sha256=hashlib.sha256(doc.data).hexdigest(), size_bytes=len(doc.data),
-        submitted_at=utc_now(), outputs=tuple(outputs), trace_id=uuid.uuid4().hex,
+        submitted_at=utc_now(), outputs=tuple(outputs), trace_id=uuid.uuid4().hex, mode=mode,
     )  # fmt: skip
 
 

@@ -167,7 +167,8 @@ def test_render_outputs_gives_every_requested_file() -> None:
         }
     doc = assemble("doc-8", 2, {1: ok_page("alpha beta"), 2: ok_page("gamma")}, engine=ENGINE)
     outputs = render_outputs(doc, images.get)
-    assert set(outputs) == set(OUTPUT_FILES) == {"json", "txt", "pdf"}
+    assert set(outputs) == {"json", "txt", "pdf"}
+    assert set(OUTPUT_FILES) == {"json", "txt", "pdf", "md"}
     assert outputs["txt"] == b"alpha beta\n\fgamma\n\f"
     with pymupdf.open(stream=outputs["pdf"]) as pdf:
         assert pdf.page_count == 2

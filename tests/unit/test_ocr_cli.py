@@ -138,3 +138,46 @@ def test_a_page_that_breaks_the_engine_fails_alone(
     assert bad["pages"][0]["error"]["code"] == "engine_error"
     assert "bad.jpg: failed" in result.stderr
     assert engine.batches[0] == 2  # one batch across both files, then halves
+
+
+def test_layout_mode_gives_blocks_in_json_and_structure_in_markdown(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    from tests.samples import two_column_scan
+
+    sample = two_column_scan()
+    path = tmp_path / "paper.png"
+    path.write_bytes(sample.data)
+    as_json = cli.invoke(main, ["--log-level", "WARNING", "ocr", "--mode", "layout", str(path)])
+    assert as_json.exit_code == 0, as_json.output
+    (page,) = json.loads(as_json.stdout)["pages"]
+    assert [b["type"] for b in page["blocks"]] == [
+        "title",
+        "text",
+        "text",
+        "text",
+        "text",
+        "footer",
+    ]
+    out = tmp_path / "out"
+    as_md = cli.invoke(main, ["ocr", "--mode", "layout", "--format", "markdown", "-o", str(out),
+                              str(path)])  # fmt: skip
+    assert as_md.exit_code == 0, as_md.output
+    md = (out / "paper.md").read_text()
+    assert md.startswith(f"<!-- page 1 -->\n\n# {sample.title}\n\n")
+    assert [line.split()[0] for line in md.split("\n\n")[2:]] == [
+        "Alpha", "Beta", "Gamma", "Delta",
+    ]  # fmt: skip
+    assert sample.paragraphs[2] in md  # "sum-" + "mer" re-flowed to "summer"
+    text_mode = cli.invoke(main, ["ocr", "--format", "json", str(path)])
+    assert "blocks" not in json.loads(text_mode.stdout)["pages"][0]
+
+
+def test_layout_mode_on_a_text_layer_page_gives_blocks_without_ocr(cli: CliRunner, pdf: Path):
+    result = cli.invoke(main, ["ocr", "--skip-text", "--mode", "layout", str(pdf)])
+    assert result.exit_code == 0, result.output
+    pages = json.loads(result.stdout)["pages"]
+    assert [(b["type"], b["text"]) for b in pages[0]["blocks"]] == [
+        ("text", "Born digital text layer 4711")
+    ]
+    assert pages[1]["blocks"]  # the scanned page went through the engine and the model

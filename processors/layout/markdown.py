@@ -1,0 +1,142 @@
+"""A document's blocks as Markdown: ``document.md`` and ``ocrstream ocr --format markdown``.
+
+- Each page starts with one page-break marker, ``<!-- page N -->``.
+- ``title`` is ``# …``, ``heading`` is ``## …`` (on one line).
+- Paragraphs (``text``, ``caption``, ``reference``, ``equation``) are re-flowed: their lines
+  joined by spaces, and a word hyphenated at a line end ("sum-" + "mer") joined whole (a
+  compound that already has a hyphen keeps this one: "state-of-the-" + "art"); a caption is
+  set in italics.
+- ``list`` items start at rows that begin with a bullet or a number; bullets become ``-``,
+  numbers stay.
+- Tables are GitHub pipe tables (the first row as the header) when no cell spans, else the
+  block's HTML ``<table>``.
+- Headers, footers (page numbers included) and figures are left out of the body.
+- A page without blocks (read in text mode, or from a text layer) gives its lines as they are.
+
+Pure: blocks and lines in, a string out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ocrstream.processors.layout.blocks import Block, Cell, spans, table_html
+
+_HYPHENATED = re.compile(r"[^\W\d_]-$")  # a letter, then a hyphen, at the end of a line
+_BULLET = re.compile(r"^\s*[•▪◦●○■□‣⁃*–-]\s+")
+_NUMBER = re.compile(r"^\s*\(?(\d{1,3}|[a-z])[.)]\s+")
+_LEFT_OUT = frozenset({"header", "footer", "figure"})
+_BLOCK_START = re.compile(r"^(\s*)([#>+*-]|\d+[.)]|=+$|```)")
+
+
+@dataclass(frozen=True, slots=True)
+class MarkdownPage:
+    """What the renderer needs of a page: its blocks (None: not read in layout mode) and the
+    text of its lines, by index."""
+
+    page_no: int
+    blocks: tuple[Block, ...] | None
+    lines: tuple[str, ...]
+
+
+def reflow(rows: Sequence[str]) -> str:
+    """Rows of a paragraph as one line: joined by spaces, hyphenated words made whole."""
+    text = ""
+    for raw in rows:
+        row = " ".join(raw.split())
+        if not row:
+            continue
+        if text and _HYPHENATED.search(text) and row[0].islower():
+            word = text.rsplit(" ", 1)[-1]
+            # "sum-" + "mer" is one word; "state-of-the-" + "art" keeps its hyphen
+            text = (text if "-" in word[:-1] else text[:-1]) + row
+        else:
+            text = f"{text} {row}" if text else row
+    return text
+
+
+def _escape(text: str) -> str:
+    """A paragraph that would read as Markdown syntax at its start is escaped."""
+    return _BLOCK_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text, count=1)
+
+
+def _rows(block: Block, lines: Sequence[str]) -> list[str]:
+    return (
+        block.text.split("\n") if block.text else [lines[i] for i in block.lines if i < len(lines)]
+    )
+
+
+def list_items(rows: Sequence[str]) -> list[str]:
+    """Markdown list items: a row with a bullet or a number starts an item, others go on."""
+    items: list[tuple[str, list[str]]] = []
+    for row in rows:
+        if bullet := _BULLET.match(row):
+            items.append(("-", [row[bullet.end() :]]))
+        elif number := _NUMBER.match(row):
+            marker = f"{number.group(1)}." if number.group(1).isdigit() else "-"
+            items.append((marker, [row if marker == "-" else row[number.end() :]]))
+        elif items:
+            items[-1][1].append(row)
+        else:
+            items.append(("-", [row]))
+    return [f"{marker} {reflow(parts)}" for marker, parts in items]
+
+
+def _cell_text(cell: Cell) -> str:
+    return " ".join(cell.text.split()).replace("|", "\\|")
+
+
+def pipe_table(cells: Sequence[Cell]) -> str:
+    """A GitHub pipe table of cells that do not span; the first row is the header."""
+    n_rows = max(c.row for c in cells) + 1
+    n_cols = max(c.col for c in cells) + 1
+    grid = [[""] * n_cols for _ in range(n_rows)]
+    for cell in cells:
+        grid[cell.row][cell.col] = _cell_text(cell)
+    lines = ["| " + " | ".join(grid[0]) + " |", "|" + "---|" * n_cols]
+    lines += ["| " + " | ".join(row) + " |" for row in grid[1:]]
+    return "\n".join(lines)
+
+
+def render_block(block: Block, lines: Sequence[str]) -> str | None:
+    """One block as Markdown, or None for what stays out of the body."""
+    if block.type in _LEFT_OUT:
+        return None
+    if block.type == "table":
+        if block.cells and not spans(block.cells):
+            return pipe_table(block.cells)
+        if block.cells:
+            return block.html or table_html(block.cells)
+        text = reflow(_rows(block, lines))
+        return _escape(text) if text else None
+    rows = _rows(block, lines)
+    if block.type == "list":
+        return "\n".join(list_items(rows)) or None
+    text = reflow(rows)
+    if not text:
+        return None
+    if block.type == "title":
+        return f"# {text}"
+    if block.type == "heading":
+        return f"## {text}"
+    if block.type == "caption":
+        return f"*{text}*"
+    return _escape(text)
+
+
+def render_page(page: MarkdownPage) -> str:
+    parts = [f"<!-- page {page.page_no} -->"]
+    if page.blocks is None:
+        body = "\n".join(line for line in page.lines if line.strip())
+        if body:
+            parts.append(body)
+    else:
+        parts += [md for b in page.blocks if (md := render_block(b, page.lines)) is not None]
+    return "\n\n".join(parts) + "\n"
+
+
+def render_markdown(pages: Sequence[MarkdownPage]) -> str:
+    """The document: its pages in order, each after its page-break marker."""
+    return "\n".join(render_page(page) for page in pages)

@@ -1,0 +1,345 @@
+"""From a page's layout detections and OCR lines to its blocks in reading order. Pure.
+
+1. Lines go to the detected region that holds most of their area (a table or figure before the
+   text around it); lines in no region are grouped into text blocks by proximity, so a page
+   where the model found nothing still has paragraphs.
+2. CDLA classes map to block types (:data:`CDLA_TYPES`); a short text block with letters half
+   again as tall as the body's is a heading the model missed; the tallest-lettered heading in
+   the top part of the page is the ``title``, the others stay ``heading``; a text block whose
+   rows start with bullets or numbers is a ``list``.
+3. Headers and footers by position too: a block wholly in the top or bottom band of the page
+   (:data:`BAND`), or a lone page number near an edge, is a header or footer whatever the model
+   said.
+4. Tables get cells from their lines' geometry: rows where lines overlap vertically, columns at
+   the vertical gaps no line crosses.
+5. Reading order (:func:`reading_order`): headers, then the body by XY-cut — columns left to
+   right where a vertical gap splits the blocks, bands top to bottom where none does, bands
+   that share a column layout kept together so that the left column is read to its end before
+   the right — then footers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ocrstream.processors.layout.blocks import BBox, Block, Cell
+from ocrstream.processors.layout.model import Detection
+from ocrstream.processors.ocr.types import Line
+
+#: CDLA class → block type (title is refined into title or heading).
+CDLA_TYPES = {
+    "text": "text",
+    "title": "heading",
+    "figure": "figure",
+    "figure_caption": "caption",
+    "table": "table",
+    "table_caption": "caption",
+    "header": "header",
+    "footer": "footer",
+    "reference": "reference",
+    "equation": "equation",
+}
+#: Fraction of the page height at the top and at the bottom where headers and footers live.
+BAND = 0.06
+#: Near an edge (this fraction of the height), a block that is only a page number.
+PAGE_NUMBER_BAND = 0.12
+PAGE_NUMBER = re.compile(
+    r"^\s*(?:page\s+|p\.\s*|seite\s+)?[-–—(\[]?\s*\d{1,4}\s*[-–—)\]]?"
+    r"(?:\s*(?:of|/|von)\s*\d{1,4})?\s*$",
+    re.IGNORECASE,
+)
+LIST_ITEM = re.compile(r"^\s*(?:[•▪◦●○■□‣⁃*–-]\s+|\(?\d{1,3}[.)]\s+|\(?[a-z][.)]\s+)")
+_CONTAINERS = ("table", "figure", "equation")
+
+
+@dataclass(frozen=True, slots=True)
+class _Region:
+    type: str
+    bbox: BBox
+    score: float = 1.0
+
+
+def line_box(line: Line) -> BBox:
+    xs = [p[0] for p in line.polygon]
+    ys = [p[1] for p in line.polygon]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _area(b: BBox) -> float:
+    return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
+
+
+def _inter(a: BBox, b: BBox) -> float:
+    return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
+
+
+def _union(boxes: Sequence[BBox]) -> BBox:
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
+def build_blocks(
+    detections: Sequence[Detection], lines: Sequence[Line], width: int, height: int
+) -> tuple[Block, ...]:
+    """The page's blocks in reading order; see the module docstring."""
+    regions = [_Region(CDLA_TYPES.get(d.label, "text"), d.bbox, d.score) for d in detections]
+    boxes = [line_box(line) for line in lines]
+    members: list[list[int]] = [[] for _ in regions]
+    loose: list[int] = []
+    for i, box in enumerate(boxes):
+        owner = _owner(box, regions)
+        (members[owner] if owner is not None else loose).append(i)
+    groups = [(r.type, idx, r.bbox) for r, idx in zip(regions, members, strict=True)]
+    groups += [("text", idx, _union([boxes[i] for i in idx])) for idx in _paragraphs(loose, boxes)]
+    blocks: list[Block] = []
+    for kind, idx, region_box in groups:
+        if not idx and kind != "figure":
+            continue  # a region with no text is dropped, but for figures
+        ordered = _row_order(idx, boxes)
+        bbox = _union([region_box, *(boxes[i] for i in ordered)]) if ordered else region_box
+        kind = _position_type(kind, bbox, ordered, lines, height)
+        if kind == "table":
+            cells = table_cells(ordered, boxes, lines)
+            text = "\n".join(" ".join(c.text for c in row) for row in _rows_of(cells))
+            blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells))
+            continue
+        text = _join_rows(ordered, boxes, lines)
+        if kind == "text" and _is_list(ordered, boxes, lines):
+            kind = "list"
+        blocks.append(Block(kind, bbox, tuple(ordered), text))
+    blocks = _titles(_big_text_headings(blocks, boxes), boxes, height)
+    # Ordered by where their text is: a region box that spills into the gutter between two
+    # columns must not join the columns into one.
+    cores = [_union([boxes[i] for i in b.lines]) if b.lines else b.bbox for b in blocks]
+    return tuple(blocks[i] for i in reading_order(cores, [b.type for b in blocks]))
+
+
+def text_layer_blocks(lines: Sequence[Line], width: int, height: int) -> tuple[Block, ...]:
+    """The blocks of a born-digital page from its own text lines, without a model: lines
+    grouped into paragraphs by position and letter size (font size), big letters as headings
+    and the title, headers and footers by position, the same reading order."""
+    return build_blocks((), lines, width, height)
+
+
+def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:
+    """The region that holds most of the line (at least half of it); containers first."""
+    area = max(_area(box), 1e-6)
+    best: tuple[int, float, float] | None = None
+    for i, region in enumerate(regions):
+        share = _inter(box, region.bbox) / area
+        if share < 0.5:
+            continue
+        rank = (1 if region.type in _CONTAINERS else 0, share, -_area(region.bbox))
+        if best is None or rank > best:
+            best, choice = rank, i
+    return choice if best is not None else None
+
+
+def _paragraphs(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
+    """Lines in no region, grouped: a line joins a group whose last line ends just above it
+    (a gap under 1.2 line heights), overlaps it horizontally and has letters of its size
+    (within a third). Groups that end far above the line are closed, so a page of thousands
+    of lines stays linear in practice."""
+    groups: list[list[int]] = []
+    extents: list[list[float]] = []  # each group's x0, x1, bottom
+    open_: list[int] = []  # groups that may still grow
+    for i in sorted(idx, key=lambda j: (boxes[j][1], boxes[j][0])):
+        x0, y0, x1, y1 = boxes[i]
+        h = max(y1 - y0, 1.0)
+        open_ = [g for g in open_ if y0 - extents[g][2] <= 1.2 * h or y0 - extents[g][2] < 0]
+        for g in open_:
+            gx0, gx1, gy1 = extents[g]
+            last = boxes[groups[g][-1]][3] - boxes[groups[g][-1]][1]
+            if (
+                -0.5 * h <= y0 - gy1 <= 1.2 * h
+                and min(x1, gx1) - max(x0, gx0) > 0
+                and 0.75 <= h / max(last, 1.0) <= 1.33
+            ):
+                groups[g].append(i)
+                extents[g] = [min(gx0, x0), max(gx1, x1), max(gy1, y1)]
+                break
+        else:
+            groups.append([i])
+            extents.append([x0, x1, y1])
+            open_.append(len(groups) - 1)
+    return groups
+
+
+def _rows(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
+    """Lines grouped into rows (vertical overlap of half a line height), top to bottom, each
+    row left to right."""
+    rows: list[list[int]] = []
+    for i in sorted(idx, key=lambda j: ((boxes[j][1] + boxes[j][3]) / 2, boxes[j][0])):
+        y0, y1 = boxes[i][1], boxes[i][3]
+        if rows:
+            ry0 = min(boxes[j][1] for j in rows[-1])
+            ry1 = max(boxes[j][3] for j in rows[-1])
+            if min(y1, ry1) - max(y0, ry0) >= 0.5 * min(y1 - y0, ry1 - ry0):
+                rows[-1].append(i)
+                continue
+        rows.append([i])
+    return [sorted(row, key=lambda j: boxes[j][0]) for row in rows]
+
+
+def _row_order(idx: Sequence[int], boxes: Sequence[BBox]) -> list[int]:
+    return [i for row in _rows(idx, boxes) for i in row]
+
+
+def _join_rows(idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]) -> str:
+    rows = _rows(idx, boxes)
+    return "\n".join(" ".join(lines[i].text.strip() for i in row) for row in rows).strip()
+
+
+def _is_list(idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]) -> bool:
+    rows = _rows(idx, boxes)
+    firsts = [lines[row[0]].text for row in rows]
+    marked = sum(1 for t in firsts if LIST_ITEM.match(t))
+    return bool(LIST_ITEM.match(firsts[0])) and marked >= 2 if firsts else False
+
+
+def _position_type(
+    kind: str, bbox: BBox, idx: Sequence[int], lines: Sequence[Line], height: int
+) -> str:
+    if kind in ("table", "figure") or height <= 0:
+        return kind
+    top, bottom = bbox[1] / height, bbox[3] / height
+    text = " ".join(lines[i].text for i in idx)
+    if bottom <= BAND or (top < PAGE_NUMBER_BAND and PAGE_NUMBER.match(text) and idx):
+        return "header"
+    if top >= 1 - BAND or (bottom > 1 - PAGE_NUMBER_BAND and PAGE_NUMBER.match(text) and idx):
+        return "footer"
+    return kind
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def _big_text_headings(blocks: list[Block], boxes: Sequence[BBox]) -> list[Block]:
+    """A short text block (up to three rows) whose letters are at least 1.5 times the body's
+    is a heading the model missed."""
+    heights = [[boxes[j][3] - boxes[j][1] for j in b.lines] for b in blocks]
+    body = _median(
+        [h for b, hs in zip(blocks, heights, strict=True) if b.type == "text" for h in hs]
+    )
+    out = []
+    for block, hs in zip(blocks, heights, strict=True):
+        rows = block.text.count("\n") + 1
+        if block.type == "text" and hs and rows <= 3 and _median(hs) >= 1.5 * body > 0:
+            block = Block("heading", block.bbox, block.lines, block.text)
+        out.append(block)
+    return out
+
+
+def _titles(blocks: list[Block], boxes: Sequence[BBox], height: int) -> list[Block]:
+    """The heading with the tallest letters, in the top 40% of the page and taller than the
+    body's lines, is the page's title."""
+    heights = {i: sorted(boxes[j][3] - boxes[j][1] for j in b.lines) for i, b in enumerate(blocks)}
+    body = sorted(h for i, b in enumerate(blocks) if b.type == "text" for h in heights[i])
+    body_h = body[len(body) // 2] if body else 0.0
+    best: tuple[float, int] | None = None
+    for i, block in enumerate(blocks):
+        if block.type != "heading" or not heights[i] or block.bbox[1] > 0.4 * height:
+            continue
+        h = heights[i][len(heights[i]) // 2]
+        if h >= 1.3 * body_h and (best is None or h > best[0]):
+            best = (h, i)
+    if best is not None:
+        b = blocks[best[1]]
+        blocks[best[1]] = Block("title", b.bbox, b.lines, b.text)
+    return blocks
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+
+def table_cells(
+    idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]
+) -> tuple[Cell, ...]:
+    """Cells from line geometry: rows of overlapping lines, columns at the vertical gaps that
+    no line crosses; lines in the same row and column share a cell."""
+    if not idx:
+        return ()
+    spans = sorted((boxes[i][0], boxes[i][2]) for i in idx)
+    columns: list[list[float]] = []
+    for x0, x1 in spans:
+        if columns and x0 <= columns[-1][1]:
+            columns[-1][1] = max(columns[-1][1], x1)
+        else:
+            columns.append([x0, x1])
+    cells: list[Cell] = []
+    for r, row in enumerate(_rows(idx, boxes)):
+        by_col: dict[int, list[int]] = {}
+        for i in row:
+            cx = (boxes[i][0] + boxes[i][2]) / 2
+            col = next(c for c, (x0, x1) in enumerate(columns) if x0 <= cx <= x1)
+            by_col.setdefault(col, []).append(i)
+        for col in sorted(by_col):
+            members = by_col[col]
+            text = " ".join(lines[i].text.strip() for i in members)
+            cells.append(Cell(r, col, 1, 1, _union([boxes[i] for i in members]), text))
+    return tuple(cells)
+
+
+def _rows_of(cells: Sequence[Cell]) -> list[list[Cell]]:
+    rows: dict[int, list[Cell]] = {}
+    for cell in cells:
+        rows.setdefault(cell.row, []).append(cell)
+    return [sorted(rows[r], key=lambda c: c.col) for r in sorted(rows)]
+
+
+# -- reading order --------------------------------------------------------------------------
+
+
+def reading_order(bboxes: Sequence[BBox], types: Sequence[str] | None = None) -> list[int]:
+    """Indices of the blocks in reading order; see the module docstring (step 5)."""
+    types = types or ["text"] * len(bboxes)
+    head = [i for i, t in enumerate(types) if t == "header"]
+    foot = [i for i, t in enumerate(types) if t == "footer"]
+    body = [i for i, t in enumerate(types) if t not in ("header", "footer")]
+
+    def by_position(idx: list[int]) -> list[int]:
+        return sorted(idx, key=lambda i: (bboxes[i][1], bboxes[i][0]))
+
+    return by_position(head) + _xy_cut(body, bboxes) + by_position(foot)
+
+
+def _split(idx: Sequence[int], bboxes: Sequence[BBox], axis: int) -> list[list[int]]:
+    """Groups of blocks separated by gaps along ``axis`` (0: x, columns; 1: y, bands)."""
+    order = sorted(idx, key=lambda i: bboxes[i][axis])
+    groups: list[list[int]] = []
+    end = float("-inf")
+    for i in order:
+        lo, hi = bboxes[i][axis], bboxes[i][axis + 2]
+        if groups and lo < end - 1.0:  # overlaps the group (a pixel of slack)
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+        end = max(end, hi) if len(groups[-1]) > 1 else hi
+    return groups
+
+
+def _xy_cut(idx: list[int], bboxes: Sequence[BBox]) -> list[int]:
+    if len(idx) <= 1:
+        return list(idx)
+    columns = _split(idx, bboxes, 0)
+    if len(columns) > 1:
+        return [i for col in columns for i in _xy_cut(col, bboxes)]
+    bands = _split(idx, bboxes, 1)
+    if len(bands) == 1:
+        return sorted(idx, key=lambda i: (bboxes[i][1], bboxes[i][0]))
+    merged: list[list[int]] = [bands[0]]
+    for band in bands[1:]:
+        joined = merged[-1] + band
+        if len(_split(merged[-1], bboxes, 0)) > 1 and len(_split(joined, bboxes, 0)) > 1:
+            merged[-1] = joined  # the same columns go on: read each to its end
+        else:
+            merged.append(band)
+    return [i for group in merged for i in _xy_cut(group, bboxes)]
