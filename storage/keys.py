@@ -4,6 +4,7 @@ docs/architecture.md ("Storage").
 ::
 
     {prefix}scans/{doc_id}/source.{ext}          what producers upload
+    {prefix}scans/{doc_id}/submission.json       the HTTP API's record of it (tenant, time)
     {prefix}pages/{doc_id}/{page_no:05d}.{ext}   claim-check for big page images (expires)
     {prefix}documents/{doc_id}/document.{json,txt,pdf}
 
@@ -88,6 +89,10 @@ class Keys:
     def source(self, doc_id: str, ext: str) -> str:
         return f"{self.prefix}scans/{validate_doc_id(doc_id)}/source.{_ext(ext)}"
 
+    def submission(self, doc_id: str) -> str:
+        """What the HTTP API records of an upload: its tenant, time, file name and size."""
+        return f"{self.prefix}scans/{validate_doc_id(doc_id)}/submission.json"
+
     def page(self, doc_id: str, page_no: int, ext: str) -> str:
         if not 1 <= page_no <= MAX_PAGE_NO:
             raise ValueError(f"page_no must be 1..{MAX_PAGE_NO}, got {page_no}")
@@ -104,6 +109,12 @@ class Keys:
 
     def documents_prefix(self, doc_id: str) -> str:
         return f"{self.prefix}documents/{validate_doc_id(doc_id)}/"
+
+    @property
+    def pipeline_prefixes(self) -> tuple[str, ...]:
+        """Where the pipeline's own objects live (sources, page images, outputs): they belong
+        to documents, so nothing from outside may name them as a source."""
+        return tuple(f"{self.prefix}{area}/" for area in ("scans", "pages", "documents"))
 
     @property
     def claim_check_prefix(self) -> str:
