@@ -296,12 +296,16 @@ class ObjectStore:
         content_type: str = "application/octet-stream",
         metadata: Mapping[str, str] | None = None,
         bucket: str | None = None,
+        parallel_uploads: int | None = None,
     ) -> ObjectInfo:
         """Upload from a readable stream of ``length`` bytes (-1: read to the end).
 
         Anything over ``part_size`` goes up as a multipart upload read part by part, so memory
-        stays near ``part_size × (parallel_uploads + 2)`` whatever the object's size. Only seekable
-        streams are retried (they're rewound first); a failed upload is aborted by the SDK.
+        stays near ``part_size × (parallel_uploads + 2)`` whatever the object's size. The SDK
+        queues parts for its upload threads without a bound, so a stream that can outrun the
+        store (a client's upload) is better sent with ``parallel_uploads=1``: each part is read
+        only once the one before is stored. Only seekable streams are retried (they're rewound
+        first); a failed upload is aborted by the SDK.
         """
         bucket = bucket or self.bucket
         what = f"put {format_s3_uri(bucket, key)}"
@@ -315,7 +319,7 @@ class ObjectStore:
                 bucket, key, cast(BinaryIO, counted), length,
                 content_type=content_type, metadata=dict(metadata or {}),
                 part_size=self.settings.part_size,
-                num_parallel_uploads=self.settings.parallel_uploads,
+                num_parallel_uploads=parallel_uploads or self.settings.parallel_uploads,
             )  # fmt: skip
             size = length if length >= 0 else counted.count
             return ObjectInfo(bucket, key, size, result.etag or "", content_type)

@@ -2,11 +2,11 @@
 
 The request is parsed as it arrives (python-multipart's push parser); the ``file`` part's bytes
 go through a bounded queue (:class:`ChunkPipe`) to the store's multipart upload, which runs in a
-worker thread and reads one part at a time. So the API holds at most one store part
-(``S3Settings.part_size``) plus ``ApiSettings.upload_queue_chunks`` request chunks of any
-upload, whatever its size; the size limit is checked on every chunk (413 the moment it is
-passed, and the store's multipart upload is aborted), and the type is sniffed from the first
-KiB (415 before anything is written).
+worker thread, reads one part at a time and stores it before reading the next. So the API holds
+about two store parts (``S3Settings.part_size``) plus ``ApiSettings.upload_queue_chunks``
+request chunks of any upload, whatever its size and however slow the store. The size limit is
+checked on every chunk (413 the moment it is passed, and the store's multipart upload is
+aborted), and the type is sniffed from the first KiB (415 before anything is written).
 """
 
 from __future__ import annotations
@@ -210,7 +210,8 @@ async def receive(
         pipe = ChunkPipe(queue_chunks)
         key = store.keys.source(doc_id, extension(media_type))
         call = functools.partial(store.put_stream, key, cast(IO[bytes], pipe), length=-1,
-                                 content_type=media_type, metadata=metadata)  # fmt: skip
+                                 content_type=media_type, metadata=metadata,
+                                 parallel_uploads=1)  # fmt: skip
         upload = asyncio.ensure_future(anyio.to_thread.run_sync(call))
         upload.add_done_callback(lambda _: pipe.reader_gone() if pipe is not None else None)
 

@@ -12,6 +12,8 @@ the pipeline's agents (the fast fake OCR worker): what a client of the API sees.
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import io
 import json
 import os
@@ -33,8 +35,11 @@ import pymupdf
 import pytest
 from PIL import Image
 
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import ScanSubmitted
 from ocrstream.settings import KafkaSettings
 from ocrstream.storage import ObjectStore
+from ocrstream.streams.topics import SCANS
 from tests.integration import harness
 from tests.integration.harness import REPO, fake_doc, free_port
 from tests.polling import wait_until
@@ -91,7 +96,8 @@ def multipart(data: bytes, filename: str, fields: dict[str, str]) -> tuple[bytes
     return out.getvalue(), f"multipart/form-data; boundary={boundary}"
 
 
-def start_api(kafka: KafkaSettings, bucket: str, tmp_path: Path, name: str = "api") -> Api:
+def start_api(kafka: KafkaSettings, bucket: str, tmp_path: Path, name: str = "api",
+              **extra_env: str) -> Api:  # fmt: skip
     keys_file = tmp_path / "api-keys.json"
     env = {
         **os.environ,
@@ -100,6 +106,7 @@ def start_api(kafka: KafkaSettings, bucket: str, tmp_path: Path, name: str = "ap
         "OCRSTREAM_S3_BUCKET": bucket,
         "OCRSTREAM_API_KEYS_FILE": str(keys_file),
         "OCRSTREAM_LIMIT_MAX_FILE_BYTES": str(LIMIT),
+        **extra_env,
     }
     keys = {}
     for tenant in ("acme", "globex"):
@@ -332,3 +339,71 @@ def chunked_upload(api: Api, tenant: str, size: int) -> tuple[int, int, bytes]:
                 break
             answer += data
     return sent, total, answer.split(b"\r\n", 1)[0]
+
+
+def test_a_big_upload_streams_through_without_growing_the_api(
+    topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """80 MiB in 5 MiB store parts: the upload arrives whole in the store, its sha256 on the
+    ScanSubmitted, while the API's peak RSS grows by a few parts, far less than the file."""
+    size, part = 80 * 1024 * 1024, 5 * 1024 * 1024
+    api = start_api(topics, object_store.bucket, tmp_path,
+                    OCRSTREAM_LIMIT_MAX_FILE_BYTES=str(2 * size),
+                    OCRSTREAM_S3_PART_SIZE=str(part))  # fmt: skip
+    try:
+        wait_ready(api)
+        assert api.upload("acme", fake_doc(4, 1).data, "warm-up.pdf")[0] == 202
+        before = peak_rss(api.proc.pid)
+        status, body = streamed_upload(api, "acme", size)
+        grown = peak_rss(api.proc.pid) - before
+    finally:
+        stop_api(api)
+    assert status == 202, body
+    doc_id = body["doc_id"]
+    (source,) = object_store.list_objects(f"scans/{doc_id}/source.")
+    assert source.size == size
+    # a few parts (the one being read, the SDK's copy, the one being sent), not the file
+    assert grown < 6 * part, f"the API's peak RSS grew by {grown / 2**20:.0f} MiB"
+    scans = harness.read_all(topics, SCANS, Codec(topics))
+    (scan,) = [s for s in scans if isinstance(s, ScanSubmitted) and s.doc_id == doc_id]
+    assert scan.size_bytes == size
+    want = hashlib.sha256()
+    for chunk in file_chunks(size):
+        want.update(chunk)
+    assert scan.sha256 == want.hexdigest()
+    assert scan.tenant == "acme"
+
+
+def peak_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def file_chunks(size: int) -> Iterator[bytes]:
+    """``size`` bytes of a "PDF" (its header, then zeros) in 1 MiB chunks."""
+    yield b"%PDF-1.7\n"
+    left, zeros = size - 9, bytes(1 << 20)
+    while left:
+        yield zeros[: min(left, len(zeros))]
+        left -= min(left, len(zeros))
+
+
+def streamed_upload(api: Api, tenant: str, size: int) -> tuple[int, Any]:
+    """A multipart upload of ``size`` bytes sent in 1 MiB chunks (never built whole here)."""
+    boundary = uuid.uuid4().hex
+
+    def body() -> Iterator[bytes]:
+        yield (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+               'filename="big.pdf"\r\n\r\n').encode()  # fmt: skip
+        yield from file_chunks(size)
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=120)
+    try:
+        conn.request("POST", "/v1/documents", body=body(), encode_chunked=True, headers={
+            "Authorization": f"Bearer {api.keys[tenant]}",
+            "Content-Type": f"multipart/form-data; boundary={boundary}"})  # fmt: skip
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
