@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import logging
 import os
 import random
@@ -439,15 +440,25 @@ class ObjectStore:
                 lambda: self.client.remove_object(bucket, key),
             )
 
-    def list_objects(self, prefix: str = "", *, bucket: str | None = None) -> list[ObjectInfo]:
-        """Every object under ``prefix``, by key."""
+    def list_objects(
+        self,
+        prefix: str = "",
+        *,
+        bucket: str | None = None,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[ObjectInfo]:
+        """The objects under ``prefix``, by key: every one, or the first ``limit`` after the key
+        ``start_after`` (a page of a long listing)."""
         bucket = bucket or self.bucket
 
         def listing() -> list[ObjectInfo]:
+            found = self.client.list_objects(bucket, prefix=prefix or None, recursive=True,
+                                             start_after=start_after)  # fmt: skip
             return [
                 ObjectInfo(bucket, o.object_name or "", o.size or 0, (o.etag or "").strip('"'),
                            o.content_type, o.last_modified)
-                for o in self.client.list_objects(bucket, prefix=prefix or None, recursive=True)
+                for o in itertools.islice(found, limit)
             ]  # fmt: skip
 
         return self._retry(f"list s3://{bucket}/{prefix}", listing)

@@ -10,15 +10,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import anyio.to_thread
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from minio.error import S3Error
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -40,6 +42,7 @@ from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+_CURSOR = re.compile(r"[0-9]{13}-[A-Za-z0-9._-]{1,128}")
 MODES = ("text",)  # `layout` is planned (docs/architecture.md "Planned")
 CHUNK = 256 * 1024
 
@@ -62,6 +65,11 @@ class DocumentStatusBody(BaseModel):
     outputs: dict[str, str]
     error: dict[str, str] | None
     submitted_at: str | None = None
+
+
+class DocumentList(BaseModel):
+    documents: list[DocumentStatusBody]
+    next: str | None = Field(description="pass as `after` for the next page; null on the last")
 
 
 class SourceUri(BaseModel):
@@ -172,9 +180,14 @@ def create_app(
         record = {"doc_id": doc_id, "tenant": tenant, "submitted_at": now.isoformat(),
                   "filename": filename, "content_type": media_type, "size_bytes": size,
                   "source": source.uri}  # fmt: skip
-        await anyio.to_thread.run_sync(lambda: store.put_bytes(
-            store.keys.submission(doc_id), json.dumps(record).encode(),
-            content_type="application/json"))  # fmt: skip
+        index = store.keys.tenant_document(tenant, doc_id, int(now.timestamp() * 1000))
+
+        def remember() -> None:
+            store.put_bytes(store.keys.submission(doc_id), json.dumps(record).encode(),
+                            content_type="application/json")  # fmt: skip
+            store.put_bytes(index, b"", content_type="application/octet-stream")
+
+        await anyio.to_thread.run_sync(remember)
         scan = ScanSubmitted(
             doc_id=doc_id, source=source, content_type=media_type, sha256=sha256,
             size_bytes=size, submitted_at=now, tenant=tenant, priority=priority,
@@ -270,10 +283,30 @@ def create_app(
         return await publish(doc_id, tenant, ScanSource(uri=body.source_uri), media_type, "",
                              size, options, None)  # fmt: skip
 
-    @app.get("/v1/documents/{doc_id}", response_model=DocumentStatusBody)
-    async def status(doc_id: str, tenant: Tenant) -> DocumentStatusBody:
-        """Where the document is: queued, processing, or its terminal status."""
-        record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
+    @app.get("/v1/documents", response_model=DocumentList)
+    async def list_documents(
+        tenant: Tenant,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        after: Annotated[str | None, Query(description="`next` of the page before")] = None,
+    ) -> DocumentList:
+        """The tenant's documents, newest first, ``limit`` a page."""
+        prefix = store.keys.tenant_documents_prefix(tenant)
+        if after is not None and not _CURSOR.fullmatch(after):
+            raise HTTPException(422, "after must be the next of an earlier page")
+        start = None if after is None else prefix + after
+        found = await anyio.to_thread.run_sync(
+            lambda: store.list_objects(prefix, start_after=start, limit=limit + 1)
+        )
+        names = [o.key[len(prefix) :] for o in found]
+        documents = []
+        for name in names[:limit]:
+            countdown, doc_id = name.split("-", 1)
+            submitted = datetime.fromtimestamp((10**13 - int(countdown)) / 1000, UTC)
+            documents.append(describe(doc_id, submitted.isoformat()))
+        return DocumentList(documents=documents,
+                            next=names[limit - 1] if len(names) > limit else None)  # fmt: skip
+
+    def describe(doc_id: str, submitted_at: str | None) -> DocumentStatusBody:
         entry = book.get(doc_id)
         outputs: dict[str, str] = {}
         if entry.event is not None:
@@ -284,18 +317,23 @@ def create_app(
             return DocumentStatusBody(
                 doc_id=doc_id, status=ev.status.value, pages_done=ev.pages_ok + ev.pages_failed,
                 page_count=ev.page_count, outputs=outputs, error=error,
-                submitted_at=record.get("submitted_at"),
+                submitted_at=submitted_at,
             )  # fmt: skip
         if entry.progress is not None:
             pr = entry.progress
             return DocumentStatusBody(
                 doc_id=doc_id, status="processing", pages_done=pr.pages_done,
                 page_count=pr.page_count, outputs={}, error=None,
-                submitted_at=record.get("submitted_at"),
+                submitted_at=submitted_at,
             )  # fmt: skip
         return DocumentStatusBody(doc_id=doc_id, status="queued", pages_done=0, page_count=None,
-                                  outputs={}, error=None,
-                                  submitted_at=record.get("submitted_at"))  # fmt: skip
+                                  outputs={}, error=None, submitted_at=submitted_at)  # fmt: skip
+
+    @app.get("/v1/documents/{doc_id}", response_model=DocumentStatusBody)
+    async def status(doc_id: str, tenant: Tenant) -> DocumentStatusBody:
+        """Where the document is: queued, processing, or its terminal status."""
+        record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
+        return describe(doc_id, record.get("submitted_at"))
 
     @app.get("/v1/documents/{doc_id}/document.{fmt}", response_class=StreamingResponse,
              responses={200: {"content": {"application/octet-stream": {}}}})  # fmt: skip

@@ -230,6 +230,18 @@ def test_uploads_complete_and_their_outputs_stream_back(
                                    tenant="acme")  # fmt: skip
         assert status == 404  # not asked for
 
+        # the tenant's list, newest first, a page at a time
+        status, first = api.json("GET", "/v1/documents?limit=2", tenant="acme")
+        assert status == 200
+        assert [d["doc_id"] for d in first["documents"]] == [ids["uri"], ids["png"]]
+        assert [d["status"] for d in first["documents"]] == ["completed", "completed"]
+        status, second = api.json("GET", f"/v1/documents?limit=2&after={first['next']}",
+                                  tenant="acme")  # fmt: skip
+        assert [d["doc_id"] for d in second["documents"]] == [ids["pdf"]]
+        assert second["next"] is None
+        assert api.json("GET", "/v1/documents", tenant="globex") == (
+            200, {"documents": [], "next": None})  # fmt: skip
+
         # the tenant travelled with the scan to the terminal event
         terminal = wait_until(lambda: _witness.terminal().get(ids["pdf"]), 30, "event")
         assert terminal[0].tenant == "acme"
