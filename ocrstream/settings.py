@@ -361,5 +361,6 @@ class ApiSettings(BaseSettings):
     keys_file: Path = Field(default_factory=lambda: default_home() / "api-keys.json")
     # Bytes the upload handler holds between the request and the store's multipart upload.
     upload_queue_chunks: int = 8
-    # How long the status book may take to read the result topics to their end at start.
-    catch_up_timeout_s: float = 120.0
+    # The longest a Server-Sent Events stream stays open; the client reconnects with its
+    # Last-Event-ID and goes on.
+    events_max_s: float = 600.0

@@ -20,20 +20,26 @@ from typing import Annotated, Any
 import anyio.to_thread
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from minio.error import S3Error
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 from urllib3.exceptions import HTTPError
 
-from ocrstream.api import upload
+from ocrstream.api import events, upload
 from ocrstream.api.book import DocumentBook
 from ocrstream.api.keys import KeyFile
 from ocrstream.client import OcrClient
 from ocrstream.errors import OcrstreamError
 from ocrstream.processors.split import sniff
-from ocrstream.schemas.records import DEFAULT_OUTPUTS, ScanSource, ScanSubmitted, utc_now
+from ocrstream.schemas.records import (
+    DEFAULT_OUTPUTS,
+    DocumentEvent,
+    ScanSource,
+    ScanSubmitted,
+    utc_now,
+)
 from ocrstream.settings import ApiSettings, KafkaSettings, LimitsSettings, S3Settings
 from ocrstream.storage import ObjectNotFoundError, ObjectStore, validate_doc_id
 from ocrstream.storage.keys import DOCUMENT_FORMATS, parse_s3_uri
@@ -308,17 +314,8 @@ def create_app(
 
     def describe(doc_id: str, submitted_at: str | None) -> DocumentStatusBody:
         entry = book.get(doc_id)
-        outputs: dict[str, str] = {}
         if entry.event is not None:
-            ev = entry.event
-            outputs = {fmt: f"/v1/documents/{doc_id}/document.{fmt}" for fmt in ev.outputs}
-            error = None if ev.error is None else {"code": ev.error.code,
-                                                   "message": ev.error.message}  # fmt: skip
-            return DocumentStatusBody(
-                doc_id=doc_id, status=ev.status.value, pages_done=ev.pages_ok + ev.pages_failed,
-                page_count=ev.page_count, outputs=outputs, error=error,
-                submitted_at=submitted_at,
-            )  # fmt: skip
+            return terminal(entry.event, submitted_at)
         if entry.progress is not None:
             pr = entry.progress
             return DocumentStatusBody(
@@ -329,11 +326,43 @@ def create_app(
         return DocumentStatusBody(doc_id=doc_id, status="queued", pages_done=0, page_count=None,
                                   outputs={}, error=None, submitted_at=submitted_at)  # fmt: skip
 
+    def terminal(ev: DocumentEvent, submitted_at: str | None) -> DocumentStatusBody:
+        doc_id = ev.doc_id
+        outputs = {fmt: f"/v1/documents/{doc_id}/document.{fmt}" for fmt in ev.outputs}
+        error = None if ev.error is None else {"code": ev.error.code,
+                                               "message": ev.error.message}  # fmt: skip
+        return DocumentStatusBody(
+            doc_id=doc_id, status=ev.status.value, pages_done=ev.pages_ok + ev.pages_failed,
+            page_count=ev.page_count, outputs=outputs, error=error,
+            submitted_at=submitted_at,
+        )  # fmt: skip
+
     @app.get("/v1/documents/{doc_id}", response_model=DocumentStatusBody)
     async def status(doc_id: str, tenant: Tenant) -> DocumentStatusBody:
         """Where the document is: queued, processing, or its terminal status."""
         record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
         return describe(doc_id, record.get("submitted_at"))
+
+    @app.get("/v1/documents/{doc_id}/events", response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}}}})  # fmt: skip
+    async def document_events(
+        doc_id: str,
+        tenant: Tenant,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> StreamingResponse:
+        """Server-Sent Events: ``progress``, ``page`` (each page's result, its text as data) and
+        ``terminal`` (the status body), then the stream ends. Reconnect with ``Last-Event-ID``
+        to go on after the last event received."""
+        record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
+        since = datetime.fromisoformat(record["submitted_at"])
+        submitted_at = record.get("submitted_at")
+        body = events.stream(
+            kafka, client.codec, doc_id, since, last_event_id,
+            lambda ev: terminal(ev, submitted_at).model_dump(), api.events_max_s,
+        )  # fmt: skip
+        return StreamingResponse(body, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache",
+                                          "X-Accel-Buffering": "no"})  # fmt: skip
 
     @app.get("/v1/documents/{doc_id}/document.{fmt}", response_class=StreamingResponse,
              responses={200: {"content": {"application/octet-stream": {}}}})  # fmt: skip

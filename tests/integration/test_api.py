@@ -230,6 +230,18 @@ def test_uploads_complete_and_their_outputs_stream_back(
                                    tenant="acme")  # fmt: skip
         assert status == 404  # not asked for
 
+        # the events of the PDF: each page with its text, then the terminal status; the stream
+        # ends there. Resumed after the second event, it goes on from the third.
+        stream = read_events(api, "acme", ids["pdf"])
+        pages = {e["data"]["page_no"]: e["data"]["text"] for e in stream if e["event"] == "page"}
+        assert pages == {1: pdf.texts[0], 2: pdf.texts[1], 3: pdf.texts[2]}
+        assert stream[-1]["event"] == "terminal"
+        assert stream[-1]["data"]["status"] == "completed"
+        assert stream[-1]["data"]["pages_done"] == 3
+        assert len({e["id"] for e in stream}) == len(stream)
+        resumed = read_events(api, "acme", ids["pdf"], last_event_id=stream[1]["id"])
+        assert resumed == stream[2:]
+
         # the tenant's list, newest first, a page at a time
         status, first = api.json("GET", "/v1/documents?limit=2", tenant="acme")
         assert status == 200
@@ -256,6 +268,8 @@ def test_uploads_complete_and_their_outputs_stream_back(
             output = api.request("GET", f"/v1/documents/{doc_id}/document.json",
                                  tenant="globex")  # fmt: skip
             assert (output[0], output[1]) == (missing[0], missing[1])
+            events = api.request("GET", f"/v1/documents/{doc_id}/events", tenant="globex")
+            assert (events[0], events[1]) == (missing[0], missing[1])
 
     # /metrics counts them by route, status and tenant
     _, text, _ = api.request("GET", "/metrics")
@@ -263,6 +277,27 @@ def test_uploads_complete_and_their_outputs_stream_back(
             in text), text.decode()[-3000:]  # fmt: skip
     assert b'route="/v1/documents/{doc_id}",status="404",tenant="globex"' in text
     assert b"ocrstream_api_request_seconds_bucket" in text
+
+
+def read_events(
+    api: Api, tenant: str, doc_id: str, last_event_id: str | None = None
+) -> list[dict[str, Any]]:
+    """The Server-Sent Events of a document, to the end of the stream (after its terminal)."""
+    headers = {"Authorization": f"Bearer {api.keys[tenant]}"}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
+    req = urllib.request.Request(f"{api.url}/v1/documents/{doc_id}/events", headers=headers)
+    with urllib.request.urlopen(req, timeout=30) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        text = response.read().decode()
+    events = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines()
+                      if line and not line.startswith(":"))  # fmt: skip
+        if fields:
+            events.append({"id": fields["id"], "event": fields["event"],
+                           "data": json.loads(fields["data"])})  # fmt: skip
+    return events
 
 
 def test_refusals_and_readiness(
