@@ -31,7 +31,7 @@ from ocrstream.api import events, upload
 from ocrstream.api.book import DocumentBook
 from ocrstream.api.keys import KeyFile
 from ocrstream.client import OcrClient
-from ocrstream.errors import OcrstreamError
+from ocrstream.errors import InvalidDocIdError, OcrstreamError, PoisonError, RetriableError
 from ocrstream.processors.split import sniff
 from ocrstream.schemas.records import (
     DEFAULT_OUTPUTS,
@@ -146,6 +146,13 @@ def create_app(
     )  # fmt: skip
     app.state.keys = keys
 
+    @app.exception_handler(RetriableError)
+    async def unavailable(_request: Request, e: RetriableError) -> JSONResponse:
+        """The store or Kafka away: try again soon (the request changed nothing that counts)."""
+        log.warning("answering 503: %s", e)
+        return JSONResponse({"detail": f"{e.code}: try again"}, status_code=503,
+                            headers={"Retry-After": "5"})  # fmt: skip
+
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Any:
         started = time.perf_counter()
@@ -172,7 +179,7 @@ def create_app(
         try:
             validate_doc_id(doc_id)
             body = json.loads(store.get_bytes(store.keys.submission(doc_id), max_bytes=1 << 20))
-        except (ObjectNotFoundError, OcrstreamError, ValueError) as e:
+        except (ObjectNotFoundError, InvalidDocIdError) as e:
             raise HTTPException(404, "no such document") from e
         if body.get("tenant") != tenant:
             raise HTTPException(404, "no such document")
@@ -241,14 +248,18 @@ def create_app(
         except OcrstreamError as e:
             raise HTTPException(503, f"the store refused the upload: {e}") from e
         fields = stored.fields
-        try:
-            attributes = json.loads(fields.get("attributes") or "{}")
-            priority = int(fields.get("priority") or 0)
-        except ValueError as e:
-            raise HTTPException(422, f"bad form field: {e}") from e
-        outputs = [o.strip() for o in (fields.get("outputs") or ",".join(DEFAULT_OUTPUTS))
-                   .split(",") if o.strip()]  # fmt: skip
-        options = _options(fields.get("mode") or "text", outputs, priority, attributes)
+        try:  # the fields may follow the file in the form: checked once it is stored
+            try:
+                attributes = json.loads(fields.get("attributes") or "{}")
+                priority = int(fields.get("priority") or 0)
+            except ValueError as e:
+                raise HTTPException(422, f"bad form field: {e}") from e
+            outputs = [o.strip() for o in (fields.get("outputs") or ",".join(DEFAULT_OUTPUTS))
+                       .split(",") if o.strip()]  # fmt: skip
+            options = _options(fields.get("mode") or "text", outputs, priority, attributes)
+        except HTTPException:
+            await anyio.to_thread.run_sync(store.delete, stored.info.key)
+            raise
         return await publish(doc_id, tenant, ScanSource(uri=stored.info.uri), stored.media_type,
                              stored.sha256, stored.size, options, stored.filename)  # fmt: skip
 
@@ -277,7 +288,7 @@ def create_app(
             size, head = await anyio.to_thread.run_sync(inspect)
         except ObjectNotFoundError as e:
             raise HTTPException(422, f"no object at {body.source_uri}") from e
-        except OcrstreamError as e:
+        except PoisonError as e:  # the store refused (no access): unavailable ones answer 503
             raise HTTPException(422, f"cannot read {body.source_uri}: {e}") from e
         if size > limits.max_file_bytes:
             raise HTTPException(413, f"the file is over the limit of {limits.max_file_bytes}")

@@ -316,6 +316,10 @@ def test_refusals_and_readiness(
     # 415: sniffed from the bytes, not trusted from the name
     status, answer = api.upload("acme", b"just some text, not a scan\n" * 100, "scan.pdf")
     assert status == 415, answer
+    # 422 for a bad field, which may follow the file: the upload is not kept
+    status, answer = api.upload("acme", pdf, "a.pdf", outputs="json,docx")
+    assert status == 422, answer
+    assert not [o for o in object_store.list_objects("scans/") if "source." in o.key]
     # a PDF named .txt is read all the same
     assert api.upload("acme", pdf, "notes.txt")[0] == 202
 
