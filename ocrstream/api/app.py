@@ -405,6 +405,14 @@ def create_app(
         """The process answers."""
         return {"status": "ok"}
 
+    admins: list[AdminClient] = []
+
+    def admin_client() -> AdminClient:
+        """One admin client for every probe (each new one would open its own connections)."""
+        if not admins:
+            admins.append(AdminClient(kafka.librdkafka()))
+        return admins[0]
+
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         """Kafka and the store reachable, and the document book caught up with the topics."""
@@ -412,7 +420,7 @@ def create_app(
         def check() -> dict[str, str]:
             found: dict[str, str] = {}
             try:
-                admin = AdminClient(kafka.librdkafka())
+                admin = admin_client()
                 topic = kafka.topic(topics.SCANS)
                 md = admin.list_topics(topic, timeout=3)
                 ok = topic in md.topics and md.topics[topic].error is None
