@@ -161,16 +161,7 @@ class OcrClient:
             outputs=tuple(outputs), attributes=attrs,
             trace_id=trace_id or uuid.uuid4().hex, mode=parse_mode.value,
         )  # fmt: skip
-        errors: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        topic = self.kafka.topic(topics.SCANS)
-        self.producer.send(topic, doc_id, scan, on_delivery=delivered)
-        if self.producer.flush(timeout_s) or errors:
-            raise SubmitError(f"ScanSubmitted for {doc_id} not delivered: {errors or 'timeout'}")
+        self.publish(scan, timeout_s)
         log.info(
             "submitted %s (%d bytes, %s)",
             doc_id,
@@ -178,6 +169,21 @@ class OcrClient:
             "inline" if scan_source.data is not None else scan_source.uri,
         )
         return doc_id
+
+    def publish(self, scan: ScanSubmitted, timeout_s: float = 60.0) -> None:
+        """Publish a ScanSubmitted whose source is already in place (inline, or in the store);
+        returns once the brokers acknowledged it. The HTTP API submits through this."""
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        self.producer.send(self.kafka.topic(topics.SCANS), scan.doc_id, scan, on_delivery=delivered)
+        if self.producer.flush(timeout_s) or errors:
+            raise SubmitError(
+                f"ScanSubmitted for {scan.doc_id} not delivered: {errors or 'timeout'}"
+            )
 
     # --- read ---------------------------------------------------------------------------------
 

@@ -359,3 +359,23 @@ class ScaleSettings(BaseSettings):
     stabilization_window_s: float = 60.0
     interval_s: float = 5.0
     metrics_port: int = 9104
+
+
+class ApiSettings(BaseSettings):
+    """``ocrstream api``: the HTTP edge (docs/architecture.md "HTTP API").
+
+    The upload limit is ``LimitsSettings.max_file_bytes``, the splitter's own, so the API never
+    accepts what the pipeline would refuse."""
+
+    model_config = _frozen("OCRSTREAM_API_")
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    # The tenants' key hashes. A file every replica mounts (a Kubernetes Secret): see
+    # ocrstream/api/keys.py for why not a topic.
+    keys_file: Path = Field(default_factory=lambda: default_home() / "api-keys.json")
+    # Bytes the upload handler holds between the request and the store's multipart upload.
+    upload_queue_chunks: int = 8
+    # The longest a Server-Sent Events stream stays open; the client reconnects with its
+    # Last-Event-ID and goes on.
+    events_max_s: float = 600.0

@@ -4,6 +4,8 @@ docs/architecture.md ("Storage").
 ::
 
     {prefix}scans/{doc_id}/source.{ext}          what producers upload
+    {prefix}scans/{doc_id}/submission.json       the HTTP API's record of it (tenant, time)
+    {prefix}tenants/{tenant}/documents/{10^13 - ms}-{doc_id}   a tenant's documents, newest first
     {prefix}pages/{doc_id}/{page_no:05d}.{ext}   claim-check for big page images (expires)
     {prefix}documents/{doc_id}/document.{json,txt,pdf}
 
@@ -88,6 +90,19 @@ class Keys:
     def source(self, doc_id: str, ext: str) -> str:
         return f"{self.prefix}scans/{validate_doc_id(doc_id)}/source.{_ext(ext)}"
 
+    def submission(self, doc_id: str) -> str:
+        """What the HTTP API records of an upload: its tenant, time, file name and size."""
+        return f"{self.prefix}scans/{validate_doc_id(doc_id)}/submission.json"
+
+    def tenant_document(self, tenant: str, doc_id: str, submitted_ms: int) -> str:
+        """The tenant's index entry of a document: newest first in key order (the time is
+        counted down from 10^13 ms, the year 2286)."""
+        countdown = 10**13 - submitted_ms
+        return f"{self.tenant_documents_prefix(tenant)}{countdown:013d}-{validate_doc_id(doc_id)}"
+
+    def tenant_documents_prefix(self, tenant: str) -> str:
+        return f"{self.prefix}tenants/{validate_doc_id(tenant)}/documents/"
+
     def page(self, doc_id: str, page_no: int, ext: str) -> str:
         if not 1 <= page_no <= MAX_PAGE_NO:
             raise ValueError(f"page_no must be 1..{MAX_PAGE_NO}, got {page_no}")
@@ -104,6 +119,12 @@ class Keys:
 
     def documents_prefix(self, doc_id: str) -> str:
         return f"{self.prefix}documents/{validate_doc_id(doc_id)}/"
+
+    @property
+    def pipeline_prefixes(self) -> tuple[str, ...]:
+        """Where the pipeline's own objects live (sources, page images, outputs): they belong
+        to documents, so nothing from outside may name them as a source."""
+        return tuple(f"{self.prefix}{area}/" for area in ("scans", "pages", "documents"))
 
     @property
     def claim_check_prefix(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import logging
 import os
 import random
@@ -296,12 +297,16 @@ class ObjectStore:
         content_type: str = "application/octet-stream",
         metadata: Mapping[str, str] | None = None,
         bucket: str | None = None,
+        parallel_uploads: int | None = None,
     ) -> ObjectInfo:
         """Upload from a readable stream of ``length`` bytes (-1: read to the end).
 
         Anything over ``part_size`` goes up as a multipart upload read part by part, so memory
-        stays near ``part_size × (parallel_uploads + 2)`` whatever the object's size. Only seekable
-        streams are retried (they're rewound first); a failed upload is aborted by the SDK.
+        stays near ``part_size × (parallel_uploads + 2)`` whatever the object's size. The SDK
+        queues parts for its upload threads without a bound, so a stream that can outrun the
+        store (a client's upload) is better sent with ``parallel_uploads=1``: each part is read
+        only once the one before is stored. Only seekable streams are retried (they're rewound
+        first); a failed upload is aborted by the SDK.
         """
         bucket = bucket or self.bucket
         what = f"put {format_s3_uri(bucket, key)}"
@@ -315,7 +320,7 @@ class ObjectStore:
                 bucket, key, cast(BinaryIO, counted), length,
                 content_type=content_type, metadata=dict(metadata or {}),
                 part_size=self.settings.part_size,
-                num_parallel_uploads=self.settings.parallel_uploads,
+                num_parallel_uploads=parallel_uploads or self.settings.parallel_uploads,
             )  # fmt: skip
             size = length if length >= 0 else counted.count
             return ObjectInfo(bucket, key, size, result.etag or "", content_type)
@@ -435,15 +440,25 @@ class ObjectStore:
                 lambda: self.client.remove_object(bucket, key),
             )
 
-    def list_objects(self, prefix: str = "", *, bucket: str | None = None) -> list[ObjectInfo]:
-        """Every object under ``prefix``, by key."""
+    def list_objects(
+        self,
+        prefix: str = "",
+        *,
+        bucket: str | None = None,
+        start_after: str | None = None,
+        limit: int | None = None,
+    ) -> list[ObjectInfo]:
+        """The objects under ``prefix``, by key: every one, or the first ``limit`` after the key
+        ``start_after`` (a page of a long listing)."""
         bucket = bucket or self.bucket
 
         def listing() -> list[ObjectInfo]:
+            found = self.client.list_objects(bucket, prefix=prefix or None, recursive=True,
+                                             start_after=start_after)  # fmt: skip
             return [
                 ObjectInfo(bucket, o.object_name or "", o.size or 0, (o.etag or "").strip('"'),
                            o.content_type, o.last_modified)
-                for o in self.client.list_objects(bucket, prefix=prefix or None, recursive=True)
+                for o in itertools.islice(found, limit)
             ]  # fmt: skip
 
         return self._retry(f"list s3://{bucket}/{prefix}", listing)

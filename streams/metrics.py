@@ -192,6 +192,21 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.api_requests = Counter(
+            "api_requests",
+            "HTTP API requests, by route template, status code and tenant ('' before auth).",
+            ["route", "status", "tenant"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.api_request_seconds = Histogram(
+            "api_request_seconds",
+            "HTTP API request latency (to the last byte of a streamed upload or output).",
+            ["route", "status"],
+            buckets=STAGE_BUCKETS,
+            namespace=ns,
+            registry=reg,
+        )
 
 
 _process_metrics: Metrics | None = None

@@ -26,6 +26,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "results": ("ocrstream.cli.client", "results"),
     "scale": ("ocrstream.cli.scale", "scale"),
     "bench": ("ocrstream.cli.bench", "bench"),
+    "api": ("ocrstream.cli.api", "api"),
 }
 
 

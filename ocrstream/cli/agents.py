@@ -160,14 +160,17 @@ def lag_exporter(metrics_port: int | None) -> None:
     default=None,
     help="OCR worker processes (default OCRSTREAM_SUPERVISOR_OCR_WORKERS).",
 )
-def all_agents(workers: int | None) -> None:
+@click.option("--api", "with_api", is_flag=True, help="Run the HTTP API (ocrstream api) too.")
+def all_agents(workers: int | None, with_api: bool) -> None:
     """Every agent under one supervisor that restarts the ones that crash."""
     from ocrstream.settings import SupervisorSettings
-    from ocrstream.streams.supervisor import Supervisor, default_agents
+    from ocrstream.streams.supervisor import AgentSpec, Supervisor, default_agents
 
     settings = SupervisorSettings()
-    supervisor = Supervisor(default_agents(settings.ocr_workers if workers is None else workers),
-                            settings)  # fmt: skip
+    specs = default_agents(settings.ocr_workers if workers is None else workers)
+    if with_api:
+        specs.append(AgentSpec("api", ("api",)))
+    supervisor = Supervisor(specs, settings)
     stop = _stop_on_signals()
 
     def forward() -> None:

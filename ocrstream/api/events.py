@@ -1,0 +1,138 @@
+"""``GET /v1/documents/{doc_id}/events``: a document's progress, page results and terminal
+event as Server-Sent Events.
+
+Each stream is a short-lived consumer of its own (no group, nothing committed) over
+``ocr.progress.v1``, ``ocr.page-results.v1`` and ``ocr.documents.v1``, positioned by time at the
+document's submission (``offsets_for_times``), so it reads only what came after the upload and
+needs no state in the API. Every record of one document is on one partition of each topic (they
+are keyed by doc_id), so an event's id — the offsets of the last record sent on each topic,
+``r{results}.p{progress}.d{documents}`` — says exactly what a reconnecting client has seen:
+with ``Last-Event-ID`` the stream skips those and goes on. The stream ends after the terminal
+event, or after ``ApiSettings.events_max_s`` (the client reconnects with its last id).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from ocrstream.errors import PoisonError
+from ocrstream.schemas.codec import Codec
+from ocrstream.schemas.records import DocumentEvent, DocumentProgress, PageResult
+from ocrstream.settings import KafkaSettings
+from ocrstream.streams import topics
+
+log = logging.getLogger(__name__)
+
+_ID = re.compile(r"r(-?\d+)\.p(-?\d+)\.d(-?\d+)")
+KINDS = {topics.PAGE_RESULTS: "r", topics.PROGRESS: "p", topics.DOCUMENTS: "d"}
+SLACK_MS = 60_000  # records stamped a little before the submission time (clock skew)
+HEARTBEAT_S = 15.0
+
+
+@dataclass
+class Position:
+    """The offset of the last record sent from each topic (-1: none yet)."""
+
+    r: int = -1
+    p: int = -1
+    d: int = -1
+
+    @classmethod
+    def parse(cls, last_event_id: str | None) -> Position:
+        match = _ID.fullmatch(last_event_id or "")
+        return cls(*(int(g) for g in match.groups())) if match else cls()
+
+    def __str__(self) -> str:
+        return f"r{self.r}.p{self.p}.d{self.d}"
+
+
+def sse(event: str, data: dict[str, Any], event_id: str) -> bytes:
+    # json.dumps escapes newlines, so one data line holds the whole event; OCR text stays data.
+    return f"id: {event_id}\nevent: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def page_data(result: PageResult) -> dict[str, Any]:
+    return {
+        "page_no": result.page_no, "page_count": result.page_count,
+        "status": result.status.value,
+        "error": None if result.error is None else result.error.code,
+        "text": "\n".join(line.text for line in result.lines),
+        "lines": len(result.lines),
+    }  # fmt: skip
+
+
+def stream(
+    kafka: KafkaSettings,
+    codec: Codec,
+    doc_id: str,
+    since: datetime,
+    last_event_id: str | None,
+    describe: Callable[[DocumentEvent], dict[str, Any]],
+    max_s: float,
+) -> Iterator[bytes]:
+    """The event stream of ``doc_id`` (blocking: starlette runs it in a worker thread).
+    ``describe(event)`` renders the terminal event as the status body."""
+    position = Position.parse(last_event_id)
+    consumer = Consumer(kafka.librdkafka(**{
+        "group.id": f"ocrstream-api-events-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": False,
+    }))  # fmt: skip
+    try:
+        start_ms = int(since.timestamp() * 1000) - SLACK_MS
+        wanted = []
+        for name in KINDS:
+            topic = kafka.topic(name)
+            md = consumer.list_topics(topic, timeout=10)
+            partitions = md.topics[topic].partitions if topic in md.topics else {}
+            wanted += [TopicPartition(topic, p, start_ms) for p in partitions]
+        consumer.assign(consumer.offsets_for_times(wanted, timeout=10))
+        kind_of = {kafka.topic(name): kind for name, kind in KINDS.items()}
+        yield b": stream of " + doc_id.encode() + b"\n\n"
+        started = last_beat = time.monotonic()
+        pages_sent: set[int] = set()
+        while time.monotonic() - started < max_s:
+            msg = consumer.poll(0.5)
+            now = time.monotonic()
+            if msg is None or msg.error() is not None:
+                if now - last_beat >= HEARTBEAT_S:
+                    last_beat = now
+                    yield b": keep-alive\n\n"
+                continue
+            kind = kind_of.get(msg.topic() or "")
+            offset = msg.offset() or 0
+            if kind is None or offset <= getattr(position, kind) or msg.value() is None:
+                continue
+            try:
+                record = codec.decode(msg.value() or b"")
+            except PoisonError:
+                continue
+            if getattr(record, "doc_id", None) != doc_id:
+                continue
+            setattr(position, kind, offset)
+            if isinstance(record, DocumentProgress):
+                done = {"pages_done": record.pages_done, "page_count": record.page_count,
+                        "pages_failed": record.pages_failed}  # fmt: skip
+                yield sse("progress", done, str(position))
+            elif isinstance(record, PageResult):
+                if record.page_no not in pages_sent:  # a redelivered page comes once
+                    pages_sent.add(record.page_no)
+                    yield sse("page", page_data(record), str(position))
+            elif isinstance(record, DocumentEvent):
+                yield sse("terminal", describe(record), str(position))
+                return
+    except KafkaException as e:
+        log.warning("events of %s: Kafka: %s", doc_id, e)
+        yield b'event: error\ndata: {"error": "kafka_unavailable"}\n\n'
+    finally:
+        consumer.close()
