@@ -40,7 +40,7 @@ from ocrstream.schemas.records import (
     ScanSubmitted,
     utc_now,
 )
-from ocrstream.settings import ApiSettings, KafkaSettings, LimitsSettings, S3Settings
+from ocrstream.settings import ApiSettings, KafkaSettings, LimitsSettings, ParseMode, S3Settings
 from ocrstream.storage import ObjectNotFoundError, ObjectStore, validate_doc_id
 from ocrstream.storage.keys import DOCUMENT_FORMATS, parse_s3_uri
 from ocrstream.streams import topics
@@ -49,7 +49,7 @@ from ocrstream.streams.metrics import Metrics
 log = logging.getLogger(__name__)
 
 _CURSOR = re.compile(r"[0-9]{13}-[A-Za-z0-9._-]{1,128}")
-MODES = ("text",)  # `layout` is planned (docs/architecture.md "Planned")
+MODES = tuple(m.value for m in ParseMode)
 CHUNK = 256 * 1024
 
 
@@ -113,7 +113,7 @@ def _options(mode: str, outputs: list[str], priority: int, attributes: Any) -> t
         raise HTTPException(422, "attributes must be an object of strings")
     if not -1000 <= priority <= 1000:
         raise HTTPException(422, "priority must be -1000..1000")
-    return tuple(dict.fromkeys(outputs)), priority, attributes
+    return tuple(dict.fromkeys(outputs)), priority, attributes, mode
 
 
 def create_app(
@@ -188,7 +188,7 @@ def create_app(
     async def publish(doc_id: str, tenant: str, source: ScanSource, media_type: str,
                       sha256: str, size: int, options: tuple[Any, ...],
                       filename: str | None) -> Accepted:  # fmt: skip
-        outputs, priority, attributes = options
+        outputs, priority, attributes, mode = options
         now = utc_now()
         record = {"doc_id": doc_id, "tenant": tenant, "submitted_at": now.isoformat(),
                   "filename": filename, "content_type": media_type, "size_bytes": size,
@@ -204,7 +204,7 @@ def create_app(
         scan = ScanSubmitted(
             doc_id=doc_id, source=source, content_type=media_type, sha256=sha256,
             size_bytes=size, submitted_at=now, tenant=tenant, priority=priority,
-            outputs=outputs, attributes=attributes, trace_id=uuid.uuid4().hex,
+            outputs=outputs, attributes=attributes, trace_id=uuid.uuid4().hex, mode=mode,
         )  # fmt: skip
         await anyio.to_thread.run_sync(client.publish, scan)
         log.info("accepted %s for tenant %s (%d bytes, %s)", doc_id, tenant, size, media_type)

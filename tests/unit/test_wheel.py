@@ -5,6 +5,7 @@ its schemas and service configs as package data, and no top-level ``streams`` or
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
@@ -60,7 +61,8 @@ def test_installed_the_folders_are_only_ocrstream_subpackages(wheel: Path, tmp_p
         "print(json.dumps({n: [u.find_spec(n) is not None, "
         "u.find_spec('ocrstream.' + n) is not None] for n in names}))"
     )
-    result = subprocess.run([python, "-c", probe, *LAYOUT_FOLDERS], cwd=tmp_path,
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel alone
+    result = subprocess.run([python, "-c", probe, *LAYOUT_FOLDERS], cwd=tmp_path, env=env,
                             capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     found = json.loads(result.stdout)
     assert found == {name: [False, True] for name in LAYOUT_FOLDERS}
