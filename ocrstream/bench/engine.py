@@ -16,6 +16,11 @@ span from the barrier to the last child's end.
 - **rapidocr** (when importable): RapidOCR 3.10 with the SAME det/rec files, the same thread
   count per process (onnxruntime intra-op threads, one inter-op), no classifier; its other
   settings are its defaults (det ``limit_side_len`` 736 "min", ``max_side_len`` 2000).
+- **faster-paddle** (when importable): faster-paddle 1.0.4 (MIT; Rust pre/post-processing
+  around its own onnxruntime build), with ITS OWN bundled PP-OCRv6 models of the size that
+  matches ``model`` (``tiny`` or ``small``; it cannot load other files), ``threads`` threads per
+  process, and its multi-image ``ocr_batch`` over ``batch`` pages — how its README says to run
+  many pages; its other settings are its defaults (detection side up to 1600).
 - **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l eng --psm 3 tsv``,
   one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
   words are grouped into lines by (block, paragraph, line).
@@ -43,7 +48,7 @@ from typing import Any
 from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
 
-ENGINES = ("ocrstream", "rapidocr", "tesseract")
+ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "tesseract")
 # How long ocrstream's first pages wait for a full batch (the pages are read far faster).
 BATCH_WAIT_S = 0.5
 
@@ -166,6 +171,48 @@ def _rapidocr_runner(cfg: BenchConfig) -> Any:
     return run, 1
 
 
+FASTER_PADDLE_SIZES = {"ppocrv6-tiny": "tiny", "ppocrv6-small": "small"}
+
+
+def _faster_paddle_runner(cfg: BenchConfig) -> Any:
+    from faster_paddle import OcrEngine
+
+    size = FASTER_PADDLE_SIZES.get(cfg.model)
+    if size is None:
+        raise ValueError(f"faster-paddle has no {cfg.model} (it bundles v6 tiny and small)")
+    engine = OcrEngine(model_size=size, threads=cfg.threads)
+
+    def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        out: list[tuple[list[TextLine], dict[str, float]]] = []
+        pending: list[bytes] = []
+
+        def flush() -> None:
+            for result in engine.ocr_batch(pending, batch_size=len(pending)):
+                out.append((faster_paddle_lines(result), {}))
+            pending.clear()
+
+        for blob in blobs:
+            pending.append(blob)
+            if len(pending) >= cfg.batch:
+                flush()
+        if pending:
+            flush()
+        return out
+
+    return run, cfg.batch
+
+
+def faster_paddle_lines(result: dict[str, Any]) -> list[TextLine]:
+    """faster-paddle's ``bounds`` (axis-aligned boxes, in reading order) as lines."""
+    lines = []
+    for _, bound in sorted(result.get("bounds", {}).items(), key=lambda kv: int(kv[0])):
+        (x0, y0), (x1, y1) = bound["topLeftCoord"], bound["bottomRightCoord"]
+        polygon = ((float(x0), float(y0)), (float(x1), float(y0)),
+                   (float(x1), float(y1)), (float(x0), float(y1)))  # fmt: skip
+        lines.append(TextLine(text=str(bound["text"]), polygon=polygon))
+    return lines
+
+
 def _tesseract_runner(cfg: BenchConfig) -> Any:
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
 
@@ -211,6 +258,7 @@ def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
 _RUNNERS = {
     "ocrstream": _ocrstream_runner,
     "rapidocr": _rapidocr_runner,
+    "faster-paddle": _faster_paddle_runner,
     "tesseract": _tesseract_runner,
 }
 
@@ -325,6 +373,9 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
         )
     if engine == "rapidocr":
         return f"onnxruntime {cfg.model} threads={cfg.threads} x{processes} no-cls"
+    if engine == "faster-paddle":
+        size = FASTER_PADDLE_SIZES.get(cfg.model, "?")
+        return f"bundled v6 {size} ocr_batch={cfg.batch} threads={cfg.threads} x{processes}"
     return f"eng psm3 OMP_THREAD_LIMIT=1 x{processes}"
 
 
@@ -356,10 +407,10 @@ def score(run: EngineRun, preds: dict[str, list[TextLine]], samples: Sequence[Sa
 def available(engine: str) -> bool:
     if engine == "ocrstream":
         return True
-    if engine == "rapidocr":
+    if engine in ("rapidocr", "faster-paddle"):
         import importlib.util
 
-        return importlib.util.find_spec("rapidocr") is not None
+        return importlib.util.find_spec(engine.replace("-", "_")) is not None
     return shutil.which("tesseract") is not None
 
 
@@ -394,13 +445,13 @@ def machine() -> dict[str, Any]:
 
 def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
     head = (
-        f"{'engine':<10} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
+        f"{'engine':<13} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
         f"{'det':>7} {'rec':>8} {'RSS MB':>7} {'CER':>7} {'nCER':>7}"
     )
     rows = [f"== {dataset}", head, "-" * len(head)]
     for r in runs:
         if r.error:
-            rows.append(f"{r.engine:<10} {r.setup:<48} error: {r.error}")
+            rows.append(f"{r.engine:<13} {r.setup:<48} error: {r.error}")
             continue
         ms = r.stage_ms
 
@@ -410,7 +461,7 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
         cer = f"{r.cer_raw:.4f}" if r.cer_raw is not None else "-"
         ncer = f"{r.cer_norm:.4f}" if r.cer_norm is not None else "-"
         rows.append(
-            f"{r.engine:<10} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
+            f"{r.engine:<13} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
             f"{cell('decode'):>7} {cell('det'):>7} {cell('rec'):>8} "
             f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}"
         )

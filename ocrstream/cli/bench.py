@@ -90,7 +90,7 @@ def bench() -> None:
 @click.option("--limit", type=int, default=None, help="At most N pages per dataset.")
 @click.option(
     "--engines",
-    default="ocrstream,rapidocr,tesseract",
+    default="ocrstream,rapidocr,faster-paddle,tesseract",
     show_default=True,
     help="Which engines to run, of those installed.",
 )
@@ -176,6 +176,9 @@ def engine(
         if tmp is not None:
             tmp.cleanup()
     report["command"] = _command_line(click.get_current_context())
+    host = report["machine"]
+    click.echo(f"machine: {host['cpu']}, {host['cores']} cores, {host['memory_gb']} GB"
+               + (f", {host['gpu']}" if host.get("gpu") else ""))  # fmt: skip
     for entry in report["datasets"].values():
         click.echo(entry["table"])
         click.echo()

@@ -14,7 +14,9 @@ from ocrstream.bench.datasets import Sample, render_a4_page
 from ocrstream.bench.engine import (
     BenchConfig,
     EngineRun,
+    faster_paddle_lines,
     format_table,
+    machine,
     parse_tesseract_tsv,
     run_engine,
     score,
@@ -89,6 +91,36 @@ def test_tesseract_runs_one_process_per_core_on_rendered_pages(tmp_path: Path) -
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("model", ["ppocrv6-tiny", "ppocrv6-small"])
+def test_faster_paddle_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path, model: str) -> None:
+    pytest.importorskip("faster_paddle", reason="faster-paddle is not installed (dev extra)")
+    samples = []
+    for i in range(2):
+        data, gt = render_a4_page(i)
+        path = tmp_path / f"a4-{i}.jpg"
+        path.write_bytes(data)
+        samples.append(Sample(path.stem, path, gt))
+    cfg = BenchConfig(model=model, warmup=0, batch=2, threads=1)
+    run, preds = run_engine("faster-paddle", cfg, samples, processes=1)
+    assert run.error is None
+    assert run.pages == 2
+    assert run.setup.startswith(f"bundled v6 {model.rsplit('-', 1)[1]}")
+    score(run, preds, samples)
+    assert run.cer_norm is not None
+    assert run.cer_norm < 0.05  # clean 300-DPI print, read by its own models
+
+
+def test_faster_paddle_bounds_become_lines_in_reading_order() -> None:
+    result = {"bounds": {
+        1: {"text": "second", "topLeftCoord": (10, 40), "bottomRightCoord": (90, 60)},
+        0: {"text": "first", "topLeftCoord": (10, 5), "bottomRightCoord": (80, 25)},
+    }}  # fmt: skip
+    lines = faster_paddle_lines(result)
+    assert [ln.text for ln in lines] == ["first", "second"]
+    assert lines[0].polygon == ((10.0, 5.0), (80.0, 5.0), (80.0, 25.0), (10.0, 25.0))
+
+
+@pytest.mark.slow
 def test_bench_engine_command_on_synthetic_pages(tmp_path: Path) -> None:
     from ocrstream.cli import main
 
@@ -114,6 +146,7 @@ def test_bench_engine_command_on_synthetic_pages(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "ocrstream" in result.output
+    assert f"machine: {machine()['cpu']}" in result.output  # every result names its CPU
     report = json.loads(out.read_text())
     run = report["datasets"]["synthetic-a4-1"]["runs"][0]
     assert run["error"] is None
