@@ -12,7 +12,8 @@ The watch keeps, for every partition the app owns on its source topics, the offs
 record the agent has not handled yet (the *frontier*: the group's committed offset when the
 partition was assigned, moved on by every record handled in order). Every ``interval_s`` it
 compares the frontier with the partition's high watermark: a partition with records behind the
-frontier, none of them handled for ``stall_after_s`` while the agent sits idle, is *stalled*.
+frontier, none of them handled for ``stall_after_s`` while the agent sits idle (six times that
+while it is busy with other records), is *stalled*.
 Its records from the frontier on are then read directly (a confluent-kafka consumer that only
 assigns, never joins the group), handed to the same handler as a normal event (agents
 de-duplicate as they do for any redelivery), acked in faust so its commits move on, logged as a
@@ -43,6 +44,7 @@ from ocrstream.streams.metrics import Metrics
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[None]]
+BUSY_FACTOR = 6  # while the agent is busy, a partition is stalled after 6 × stall_after_s
 R = TypeVar("R")
 
 
@@ -210,12 +212,16 @@ class StallWatch:
         async with self._lock:
             loop = asyncio.get_running_loop()
             await self._read_frontiers()
-            if self._busy or time.monotonic() - self._idle_since < self.idle_s:
-                return
             now = time.monotonic()
+            # An idle agent has nothing in faust's buffers: a partition behind for stall_after_s
+            # is stalled. A busy one may just not have got to it yet (a long document holds the
+            # stream): give it BUSY_FACTOR times longer, so a stuck record still gets through
+            # under a steady load.
+            idle = not self._busy and now - self._idle_since >= self.idle_s
+            bound = self.stall_after_s * (1 if idle else BUSY_FACTOR)
             quiet = [tp for tp, part in self._parts.items()
                      if part.frontier is not None and not part.working
-                     and now - part.moved_at >= self.stall_after_s]  # fmt: skip
+                     and now - part.moved_at >= bound]  # fmt: skip
             if not quiet:
                 return
             highs = await loop.run_in_executor(None, self._high_watermarks, quiet)
