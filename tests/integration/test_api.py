@@ -320,8 +320,11 @@ def test_refusals_and_readiness(
     status, answer = api.upload("acme", pdf, "a.pdf", outputs="json,docx")
     assert status == 422, answer
     assert not [o for o in object_store.list_objects("scans/") if "source." in o.key]
-    # a PDF named .txt is read all the same
+    status, answer = api.upload("acme", pdf, "a.pdf", mode="tables-only")
+    assert status == 422, answer
+    # a PDF named .txt is read all the same; a layout-mode upload is taken
     assert api.upload("acme", pdf, "notes.txt")[0] == 202
+    assert api.upload("acme", pdf, "paper.pdf", mode="layout")[0] == 202
 
     # 413 while streaming: the answer comes before the body is all sent
     sent, total, status_line = chunked_upload(api, "acme", size=4 * LIMIT)
