@@ -27,6 +27,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "scale": ("ocrstream.cli.scale", "scale"),
     "bench": ("ocrstream.cli.bench", "bench"),
     "api": ("ocrstream.cli.api", "api"),
+    "dlq": ("ocrstream.cli.dlq", "dlq"),
 }
 
 
