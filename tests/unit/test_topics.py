@@ -27,6 +27,7 @@ def test_table_is_the_design() -> None:
         "ocr.progress.v1": (12, "compact", None),
         "ocr.documents.v1": (12, "compact,delete", str(30 * DAY_MS)),
         "ocr.dlq.v1": (3, "delete", str(30 * DAY_MS)),
+        "ocr.page-cache.v1": (12, "compact", None),
     }
 
 
