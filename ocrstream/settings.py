@@ -284,6 +284,7 @@ class WorkerSettings(BaseSettings):
     # same engine is answered from ocr.page-cache.v1; its results held in memory up to this.
     cache: bool = True
     cache_max_bytes: int = 256 * 1024 * 1024
+    cache_load_timeout_s: float = 30.0  # at start, at most this long reading the topic
 
 
 class SplitterSettings(BaseSettings):

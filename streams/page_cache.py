@@ -119,6 +119,7 @@ class PageCache:
         self._consumer = consumer
         self._kafka = kafka
         self._stop = threading.Event()
+        self.ready = threading.Event()  # the topic read to its end once (or the follower failed)
         self._thread: threading.Thread | None = None
 
     # --- lookups (decode threads) ---------------------------------------------------------
@@ -147,6 +148,14 @@ class PageCache:
         self._thread = threading.Thread(target=self._follow, name="page-cache", daemon=True)
         self._thread.start()
 
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until what the topic held at start is in memory (or ``timeout_s``): a worker
+        that consumed pages before would miss pages the cache knows."""
+        if not self.ready.wait(timeout_s):
+            log.warning("page cache not loaded after %.0fs: consuming pages anyway", timeout_s)
+            return False
+        return True
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -158,7 +167,7 @@ class PageCache:
                 **{
                     "group.id": self._kafka.topic("ocrstream-page-cache"),  # never commits
                     "enable.auto.commit": False,
-                    "enable.partition.eof": False,
+                    "enable.partition.eof": True,
                 }
             )
         )
@@ -166,12 +175,17 @@ class PageCache:
             meta = consumer.list_topics(self.topic, timeout=10)
             partitions = meta.topics[self.topic].partitions
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
-            loaded = 0
+            behind, loaded = set(partitions), 0
             while not self._stop.is_set():
                 for msg in consumer.consume(num_messages=500, timeout=0.2):
                     err = msg.error()
                     if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            behind.discard(msg.partition())
+                            if not behind and not self.ready.is_set():
+                                log.info("page cache loaded: %d results", len(self.memory))
+                                self.ready.set()
+                        else:
                             log.warning("page cache: %s", err)
                         continue
                     key, value = msg.key(), msg.value()
@@ -182,6 +196,7 @@ class PageCache:
         except Exception:  # the cache is an optimisation: without it pages are read again
             log.exception("page cache follower failed; pages are read without it")
         finally:
+            self.ready.set()
             consumer.close()
 
 

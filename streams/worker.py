@@ -180,6 +180,9 @@ class OcrWorker:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then drain, commit and leave the group."""
+        if self._cache is not None:  # what the cache holds first, then the pages
+            self._cache.start()
+            self._cache.wait_ready(self.settings.cache_load_timeout_s)
         self.consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,
@@ -188,8 +191,6 @@ class OcrWorker:
         )
         log.info("ocr worker %s consuming %s as group member", self.worker_id, self.topic)
         gpu = start_gpu_metrics(self.engine.info.device, self.metrics)
-        if self._cache is not None:
-            self._cache.start()
         try:
             while not stop.is_set():
                 self.step()
