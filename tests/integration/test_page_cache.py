@@ -6,6 +6,9 @@ and version): the same page images submitted again under new doc_ids are answere
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,7 +64,11 @@ def _assert_all_cached(
 
 
 def test_the_same_pages_again_are_cache_hits_also_after_a_worker_restart(
-    stack: object, topics: KafkaSettings, s3_settings: S3Settings, object_store: ObjectStore
+    stack: object,
+    topics: KafkaSettings,
+    s3_settings: S3Settings,
+    object_store: ObjectStore,
+    tmp_path: Path,
 ) -> None:
     pipeline, witness = stack(env={"OCRSTREAM_WORKER_MAX_WAIT_MS": "50"})  # type: ignore[operator]
     client = OcrClient(topics, s3_settings)
@@ -88,4 +95,19 @@ def test_the_same_pages_again_are_cache_hits_also_after_a_worker_restart(
     pipeline.start("worker")
     third = _submit(client, docs, "third")
     _assert_all_cached(pipeline, witness, object_store, third, hits=pages)
+
+    # `ocrstream run` on one of the files (its doc_id from its content: new) reports the hits.
+    scan = tmp_path / "scan.pdf"
+    scan.write_bytes(docs[1].data)
+    env = {**os.environ, "OCRSTREAM_TOPIC_PREFIX": topics.topic_prefix,
+           "OCRSTREAM_S3_BUCKET": object_store.bucket}  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "ocrstream", "run", str(scan), "--output", str(tmp_path / "out"),
+         "--no-infra", "--no-agents", "--timeout", "120"],
+        env=env, check=True, capture_output=True, timeout=180,
+    )  # fmt: skip
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    [doc] = summary
+    assert doc["status"] == "completed", doc
+    assert doc["pages_cached"] == doc["pages"] == docs[1].page_count, doc
     pipeline.assert_alive()
