@@ -114,6 +114,7 @@ class PageCache:
         self.codec = codec
         self.topic = topic
         self.fingerprint = fingerprint  # parse mode → engine fingerprint
+        self._fingerprints: dict[str, str] = {}  # by mode, made once (model files hashed)
         self.memory = ByteLRU(max_bytes)
         self._send = send  # (topic, key, value): the worker's producer
         self._consumer = consumer
@@ -125,8 +126,10 @@ class PageCache:
     # --- lookups (decode threads) ---------------------------------------------------------
 
     def key(self, task: PageTask, image: bytes) -> str:
-        return content_key(image, self.fingerprint(task.mode), mode=task.mode,
-                           options=task.options)  # fmt: skip
+        fingerprint = self._fingerprints.get(task.mode)
+        if fingerprint is None:
+            fingerprint = self._fingerprints[task.mode] = self.fingerprint(task.mode)
+        return content_key(image, fingerprint, mode=task.mode, options=task.options)
 
     def get(self, key: str) -> PageResult | None:
         value = self.memory.get(key)
