@@ -109,6 +109,7 @@ class PageCache:
         fingerprint: Callable[[str], str],
         max_bytes: int,
         send: Callable[[str, str, bytes], None],
+        max_value_bytes: int = 4 * 1024 * 1024,
         consumer: Any | None = None,
     ) -> None:
         self.codec = codec
@@ -117,6 +118,7 @@ class PageCache:
         self._fingerprints: dict[str, str] = {}  # by mode, made once (model files hashed)
         self.memory = ByteLRU(max_bytes)
         self._send = send  # (topic, key, value): the worker's producer
+        self.max_value_bytes = max_value_bytes  # larger results are not cached
         self._consumer = consumer
         self._kafka = kafka
         self._stop = threading.Event()
@@ -141,6 +143,8 @@ class PageCache:
         if result.status not in CACHEABLE or result.cached:
             return
         value = self.codec.encode(result, self.topic)
+        if len(value) > self.max_value_bytes:  # the producer would refuse it
+            return
         self.memory.put(key, value)
         self._send(self.topic, key, value)
 

@@ -150,6 +150,7 @@ class OcrWorker:
                 fingerprint=fingerprint_of(engine),
                 max_bytes=settings.cache_max_bytes,
                 send=self.producer.send_raw,
+                max_value_bytes=self.limits.max_message_bytes,
             )
             if settings.cache
             else None

@@ -3,11 +3,13 @@ and the worker answering a page it read before from the cache (its follower not 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 from ocrstream.processors.page_key import content_key, engine_fingerprint
 from ocrstream.schemas.records import Engine, Line, PageResult, PageStatus, PageTask, Point
-from ocrstream.streams.page_cache import ByteLRU, fingerprint_of, readdress
+from ocrstream.settings import KafkaSettings
+from ocrstream.streams.page_cache import ByteLRU, PageCache, fingerprint_of, readdress
 from tests.fakes.engines import SizeEngine
 from tests.fakes.kafka import FakeConsumer, FakeProducer
 from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_until, task
@@ -120,3 +122,22 @@ def test_the_worker_answers_a_page_it_read_before_without_the_engine() -> None:
     metric = worker.metrics.cache
     assert metric.labels("hit")._value.get() == 3
     assert metric.labels("miss")._value.get() == 3
+
+
+def test_only_readable_results_within_the_message_limit_are_cached() -> None:
+    sent: list[str] = []
+    cache = PageCache(
+        kafka=KafkaSettings(), codec=CODEC, topic=CACHE_TOPIC, fingerprint=lambda mode: mode,
+        max_bytes=1 << 20, send=lambda topic, key, value: sent.append(key), max_value_bytes=400,
+    )  # fmt: skip
+    ok = PageResult(doc_id="d", page_no=1, page_count=1, status=PageStatus.OK, lines=(
+        Line("x", 0.9, (Point(0, 0),)),))  # fmt: skip
+    cache.put("ok", ok)
+    cache.put("failed", dataclasses.replace(ok, status=PageStatus.FAILED))
+    cache.put("big", dataclasses.replace(ok, lines=(Line("x" * 1000, 0.9, (Point(0, 0),)),)))
+    assert sent == ["ok"]
+    hit = cache.get("ok")
+    assert hit is not None
+    assert [line.text for line in hit.lines] == ["x"]
+    assert cache.get("failed") is None
+    assert cache.get("big") is None
