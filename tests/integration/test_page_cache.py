@@ -19,7 +19,7 @@ from ocrstream.schemas.records import DocumentStatus
 from ocrstream.settings import KafkaSettings, S3Settings
 from ocrstream.storage import ObjectStore
 from tests.integration import harness
-from tests.integration.harness import LoadDoc, Pipeline, Witness, fake_doc
+from tests.integration.harness import LoadDoc, Pipeline, Witness, fake_doc, text_doc
 
 pytestmark = [pytest.mark.integration]
 
@@ -111,3 +111,26 @@ def test_the_same_pages_again_are_cache_hits_also_after_a_worker_restart(
     assert doc["status"] == "completed", doc
     assert doc["pages_cached"] == doc["pages"] == docs[1].page_count, doc
     pipeline.assert_alive()
+
+
+def test_the_real_engine_answers_a_page_set_again_from_the_cache(
+    stack: object, topics: KafkaSettings, s3_settings: S3Settings, object_store: ObjectStore
+) -> None:
+    """``ocrstream ocr-worker`` with the real engine (its fingerprint from its model files and
+    options): the same scan under a new doc_id is answered from the cache, word for word."""
+    pipeline, witness = stack(engine="real")  # type: ignore[operator]
+    client = OcrClient(topics, s3_settings)
+    docs = [text_doc(1, 2)]
+    pipeline.start()
+    for doc in docs:
+        client.submit(doc.data, doc_id=doc.doc_id, outputs=OUTPUTS)
+    witness.wait_done([docs[0].doc_id], 180, pipeline)
+    read = _texts(object_store, docs[0].doc_id)
+    assert all(read), read
+
+    again = _submit(client, docs, "again")
+    witness.wait_done([again[0].doc_id], 60, pipeline)
+    event = witness.terminal()[again[0].doc_id][0]
+    assert event.pages_cached == event.page_count == 2, event
+    assert _texts(object_store, again[0].doc_id) == read
+    assert pipeline.metric("worker", "ocrstream_cache_total", result="hit") == 2
