@@ -141,3 +141,18 @@ def test_only_readable_results_within_the_message_limit_are_cached() -> None:
     assert [line.text for line in hit.lines] == ["x"]
     assert cache.get("failed") is None
     assert cache.get("big") is None
+
+
+def test_with_the_cache_off_every_page_is_read_by_the_engine() -> None:
+    consumer, producer, engine = FakeConsumer(), FakeProducer(), SizeEngine()
+    worker = make_worker(consumer, producer, engine=engine, cache=False)
+    worker.consumer.subscribe([worker.topic], worker._on_assign, worker._on_revoke,
+                              worker._on_lost)  # fmt: skip
+    for n, doc in enumerate(("doc-a", "doc-b"), 1):
+        t = task(doc, 1, 33)
+        consumer.push(0, t.doc_id.encode(), CODEC.encode(t))
+        assert step_until(worker, lambda n=n: len(results(producer)) == n)
+    worker.shutdown()
+    assert sum(len(b) for b in engine.batches) == 2
+    assert not any(r.cached for r in results(producer))
+    assert not [k for t, k, _ in producer.delivered if t == CACHE_TOPIC]
