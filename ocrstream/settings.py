@@ -280,6 +280,11 @@ class WorkerSettings(BaseSettings):
     session_timeout_ms: int = 10_000
     max_poll_interval_ms: int = 300_000
     metrics_port: int = 9110
+    # The page-result cache (ocrstream.streams.page_cache): a page image already read by the
+    # same engine is answered from ocr.page-cache.v1; its results held in memory up to this.
+    cache: bool = True
+    cache_max_bytes: int = 256 * 1024 * 1024
+    cache_load_timeout_s: float = 30.0  # at start, at most this long reading the topic
 
 
 class SplitterSettings(BaseSettings):

@@ -276,6 +276,7 @@ class PageResult(_Avro):
     tenant: str = ""
     mode: str = "text"
     blocks: tuple[Block, ...] | None = None
+    cached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +310,7 @@ class DocumentEvent(_Avro):
     attributes: Mapping[str, str] = field(default_factory=dict)
     trace_id: str | None = None
     tenant: str = ""
+    pages_cached: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ class _Written:
     submitted_at: datetime
     completed_at: datetime
     started: float  # perf_counter when finishing began
+    pages_cached: int = 0  # pages answered from the page cache
 
 
 class Assembler:
@@ -334,7 +335,8 @@ class Assembler:
         )  # fmt: skip
         formats = [f for f in effect.outputs or outputs.FORMATS if f in outputs.CONTENT_TYPES]
         written = await self._write_outputs(assembled, formats, effect.source_uri)
-        return _Written(assembled, written, submitted_at, completed_at, started)
+        cached = sum(1 for r in results if r.cached)
+        return _Written(assembled, written, submitted_at, completed_at, started, cached)
 
     async def _publish_terminal(self, effect: PublishTerminal, written: _Written) -> None:
         """Publish the terminal event; once it is delivered, record it in the table."""
@@ -361,6 +363,7 @@ class Assembler:
             attributes=dict(effect.attributes),
             trace_id=effect.trace_id,
             tenant=effect.tenant,
+            pages_cached=written.pages_cached,
         )
         fut = await self.documents.send(
             key=doc_id.encode(), value=self.codec.encode(event, self.documents.get_topic_name())

@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from ocrstream.errors import FatalError, RetriableError
 from ocrstream.schemas.records import ErrorInfo
 from ocrstream.streams.intake import Pending
-from ocrstream.streams.ocr_batch import PreparedPage, prepare_page
+from ocrstream.streams.ocr_batch import PageLookup, PreparedPage, prepare_page
 
 log = logging.getLogger(__name__)
 
@@ -19,9 +19,17 @@ log = logging.getLogger(__name__)
 class DecodePool:
     """Pages decoding, in the order they were started."""
 
-    def __init__(self, threads: int, fetch: Callable[[str], bytes], *, max_pixels: int) -> None:
+    def __init__(
+        self,
+        threads: int,
+        fetch: Callable[[str], bytes],
+        *,
+        max_pixels: int,
+        cache: PageLookup | None = None,
+    ) -> None:
         self.fetch = fetch
         self.max_pixels = max_pixels
+        self.cache = cache
         self._pool = ThreadPoolExecutor(threads, "ocr-decode")
         self._decoding: list[tuple[Pending, Future[PreparedPage]]] = []
 
@@ -32,7 +40,7 @@ class DecodePool:
         with page.log_context():  # the decode thread logs with the page's context
             run = contextvars.copy_context().run
         future = self._pool.submit(
-            run, prepare_page, page.task, self.fetch, max_pixels=self.max_pixels
+            run, prepare_page, page.task, self.fetch, max_pixels=self.max_pixels, cache=self.cache
         )
         self._decoding.append((page, future))
 

@@ -98,6 +98,13 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.cache = Counter(
+            "cache",
+            "Page-cache lookups of the OCR worker, by result (hit, miss).",
+            ["result"],
+            namespace=ns,
+            registry=reg,
+        )
         self.dlq = Counter(
             "dlq",
             "Records sent to the dead-letter topic, by stage and error code.",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -57,17 +58,34 @@ class PreparedPage:
     image: Image_ | None = None
     error: ErrorInfo | None = None
     decode_ms: float = 0.0
+    cache_key: str | None = None  # the page's content key, when the worker has a cache
+    cached: PageResult | None = None  # the cache's result for it: no decoding, no engine
 
     @property
     def needs_ocr(self) -> bool:
-        return self.error is None and self.task.text_layer is None
+        return self.error is None and self.task.text_layer is None and self.cached is None
+
+
+class PageLookup(Protocol):
+    """The page cache as the decode threads see it (:mod:`ocrstream.streams.page_cache`)."""
+
+    def key(self, task: PageTask, image: bytes) -> str: ...
+
+    def get(self, key: str) -> PageResult | None: ...
 
 
 # --- prepare ------------------------------------------------------------------------------
 
 
-def prepare_page(task: PageTask, fetch: Callable[[str], bytes], *, max_pixels: int) -> PreparedPage:
-    """Fetch and decode one page. A RetriableError (store down) propagates: try again later."""
+def prepare_page(
+    task: PageTask,
+    fetch: Callable[[str], bytes],
+    *,
+    max_pixels: int,
+    cache: PageLookup | None = None,
+) -> PreparedPage:
+    """Fetch and decode one page; a page the ``cache`` knows comes back with its cached
+    result, undecoded. A RetriableError (store down) propagates: try again later."""
     if task.text_layer is not None:
         return PreparedPage(task)
     start = time.perf_counter()
@@ -78,6 +96,9 @@ def prepare_page(task: PageTask, fetch: Callable[[str], bytes], *, max_pixels: i
             data = fetch(task.image.uri)
         else:
             raise ImageMissingError("page task carries neither image bytes nor a URI")
+        key = None if cache is None else cache.key(task, data)
+        if key is not None and (hit := cache.get(key)) is not None:  # type: ignore[union-attr]
+            return PreparedPage(task, cache_key=key, cached=hit)
         if task.width * task.height > max_pixels:
             raise PageTooLargeError(
                 f"page is {task.width}x{task.height} pixels, over the limit of {max_pixels}"
@@ -85,7 +106,8 @@ def prepare_page(task: PageTask, fetch: Callable[[str], bytes], *, max_pixels: i
         image = decode_image(data, max_pixels=max_pixels)
     except PoisonError as e:
         return PreparedPage(task, error=ErrorInfo(e.code, str(e)))
-    return PreparedPage(task, image=image, decode_ms=(time.perf_counter() - start) * 1000)
+    decode_ms = (time.perf_counter() - start) * 1000
+    return PreparedPage(task, image=image, decode_ms=decode_ms, cache_key=key)
 
 
 # --- results ------------------------------------------------------------------------------

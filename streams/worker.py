@@ -31,6 +31,9 @@ parts, deliver, and let the delivery callbacks store the offsets. Each job is on
   (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`): decoded pages of any document
   join the next batch, run when it is full (``max_batch``) or its oldest page waited
   ``max_wait_ms``; a page that breaks the engine fails alone.
+- Page cache (:mod:`~ocrstream.streams.page_cache`): a page whose image this engine read
+  before is answered from the cache, re-addressed and marked ``cached``, without decoding or
+  the engine; what the engine reads is put into it.
 - Delivery (:mod:`~ocrstream.streams.delivery`): outputs sent with their origin, offsets
   stored in order once delivered, failed deliveries sent again.
 - Rebalance and SIGTERM (here): in-flight pages are finished and delivered, offsets stored,
@@ -68,6 +71,7 @@ from ocrstream.streams.intake import TopicPartition as TP
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.ocr_batch import PreparedPage, engine_result, unread_result
 from ocrstream.streams.offsets import OffsetTracker
+from ocrstream.streams.page_cache import PageCache, fingerprint_of, readdress
 from ocrstream.streams.producer import RecordProducer
 from ocrstream.streams.window import InflightWindow
 
@@ -138,8 +142,24 @@ class OcrWorker:
         self._window = InflightWindow.of(settings)
         self._breaker = StoreBreaker(settings.store_backoff_s, settings.store_backoff_max_s)
         self._flow = PartitionFlow(self.consumer)
+        self._cache = (
+            PageCache(
+                kafka=kafka,
+                codec=codec,
+                topic=kafka.topic(topics.PAGE_CACHE),
+                fingerprint=fingerprint_of(engine),
+                max_bytes=settings.cache_max_bytes,
+                send=self.producer.send_raw,
+                max_value_bytes=self.limits.max_message_bytes,
+            )
+            if settings.cache
+            else None
+        )
         self._decoder = DecodePool(
-            settings.decode_threads, fetch, max_pixels=self.limits.max_page_pixels
+            settings.decode_threads,
+            fetch,
+            max_pixels=self.limits.max_page_pixels,
+            cache=self._cache,
         )
         self._engine: BatchingEngine[tuple[Pending, PreparedPage]] = BatchingEngine(
             engine,
@@ -161,6 +181,9 @@ class OcrWorker:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then drain, commit and leave the group."""
+        if self._cache is not None:  # what the cache holds first, then the pages
+            self._cache.start()
+            self._cache.wait_ready(self.settings.cache_load_timeout_s)
         self.consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,
@@ -176,6 +199,8 @@ class OcrWorker:
             if gpu is not None:
                 gpu.stop()
             self.shutdown()
+            if self._cache is not None:
+                self._cache.stop()
 
     def step(self) -> None:
         """One turn of the loop: poll, hand pages on, deliver results. Never blocks long."""
@@ -293,6 +318,13 @@ class OcrWorker:
                 if self._breaker.answered(page):
                     waiting = len(self._breaker)
                     log.info("the store answers again: fetching the %d waiting pages", waiting)
+                if prepared.cache_key is not None:
+                    self.metrics.cache.labels("miss" if prepared.cached is None else "hit").inc()
+                if prepared.cached is not None:
+                    self._window.release(page.pixels)
+                    hit = readdress(prepared.cached, prepared.task, worker_id=self.worker_id)
+                    self._send_result(page, hit)
+                    continue
                 self.metrics.stage_seconds.labels("decode").observe(prepared.decode_ms / 1000)
                 if prepared.needs_ocr:
                     image: object = prepared.image
@@ -330,6 +362,8 @@ class OcrWorker:
             if "layout" in ocr.timings_ms:
                 self.metrics.stage_seconds.labels("layout").observe(ocr.timings_ms["layout"] / 1000)
             result = engine_result(prepared, ocr, self._engine_record, worker_id=self.worker_id)
+            if self._cache is not None and prepared.cache_key is not None:
+                self._cache.put(prepared.cache_key, result)
             self._send_result(page, result)
 
     def _send_result(self, page: Pending, result: PageResult) -> None:

@@ -61,6 +61,7 @@ KNOWN_METRICS: dict[str, Metric] = {
     "ocrstream_document_latency_seconds": _m("histogram"),
     "ocrstream_consumer_lag": _m("gauge", "group", "topic", "partition"),
     "ocrstream_dlq_total": _m("counter", "stage", "code"),
+    "ocrstream_cache_total": _m("counter", "result"),
     "ocrstream_agent_stalled_records_total": _m("counter", "agent", "topic"),
     "ocrstream_inflight_documents": _m("gauge"),
     "ocrstream_worker_info": _m("gauge", "backend", "model", "device"),

@@ -131,6 +131,7 @@ class _Doc:
     reason: str | None = None
     pages: int = 0
     pages_ok: int = 0
+    pages_cached: int = 0
     seconds: float | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     task: Any = None
@@ -139,6 +140,7 @@ class _Doc:
         return {
             "file": str(self.path), "doc_id": self.doc_id, "status": self.status or "pending",
             "reason_code": self.reason, "pages": self.pages, "pages_ok": self.pages_ok,
+            "pages_cached": self.pages_cached,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
             "outputs": {k: str(Path(v).relative_to(out_dir)) for k, v in self.outputs.items()},
         }  # fmt: skip
@@ -265,6 +267,7 @@ def run(
             doc.status = event.status.value
             doc.reason = event.error.code if event.error else None
             doc.pages, doc.pages_ok = event.page_count, event.pages_ok
+            doc.pages_cached = event.pages_cached
             doc.seconds = (event.completed_at - event.submitted_at).total_seconds()
         for i, doc in enumerate(docs):
             if doc.doc_id and doc.status:

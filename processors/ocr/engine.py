@@ -34,14 +34,14 @@ import numpy.typing as npt
 
 from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
-from ocrstream.processors.layout.model import Detection, LayoutDetector
+from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
-from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, load_model_set
+from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, load_model_set, sha256_file
 from ocrstream.processors.ocr.order import reading_order
 from ocrstream.processors.ocr.orientation import (
     classify_orientation,
@@ -49,6 +49,7 @@ from ocrstream.processors.ocr.orientation import (
     upside_down,
 )
 from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, Line, PageOCR
+from ocrstream.processors.page_key import engine_fingerprint
 from ocrstream.settings import OcrSettings
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ class OcrEngine:
             )
         self._charset = self._check_charset()
         self._layout: LayoutDetector | None = None
+        self._fingerprint_models: dict[str, str] | None = None
         self._lock = threading.Lock()
         self._info = EngineInfo(
             backend=self._backend.name,
@@ -154,6 +156,32 @@ class OcrEngine:
             settings.threads,
             self._info.model,
         )
+
+    def fingerprint(self, mode: str) -> str:
+        """What makes this engine read a page the way it does, for the page cache
+        (:func:`~ocrstream.processors.page_key.engine_fingerprint`): the model files' SHA-256
+        (the layout model's too in layout mode), the backend family, and the options that
+        change results (precision, limits, orientation, thresholds; not batch sizes or
+        threads, which only change speed)."""
+        if self._fingerprint_models is None:
+            m = self.models
+            files = {"det": m.det_path, "rec": m.rec_path, "cls": m.cls_path,
+                     "orientation": m.orientation_path}  # fmt: skip
+            self._fingerprint_models = {
+                name: sha256_file(path) for name, path in files.items() if path is not None
+            }
+        models = dict(self._fingerprint_models)
+        if mode == "layout":
+            models["layout"] = LAYOUT_CDLA.sha256
+        s = self.settings
+        options = {
+            "precision": s.precision, "det_limit_side": s.det_limit_side,
+            "rec_height": s.rec_height, "use_cls": s.use_cls,
+            "fix_orientation": s.fix_orientation, "deskew": s.deskew,
+            "min_confidence": s.min_confidence, "max_page_pixels": s.max_page_pixels,
+            "det_params": repr(self.det_params), "mode": mode,
+        }  # fmt: skip
+        return engine_fingerprint(self._backend.name, models, options)
 
     @property
     def info(self) -> EngineInfo:

@@ -60,6 +60,7 @@ def make_worker(
         "decode_threads": 2,
         "store_backoff_s": 0.01,
         "drain_timeout_s": 5.0,
+        "cache": False,  # tests of the page cache turn it on (its follower is not started)
         **settings,
     }
     return OcrWorker(

@@ -187,3 +187,15 @@ def test_line_classifier_turns_upside_down_lines(scanned: bytes):
     (page,) = engine.recognize([np.ascontiguousarray(upright[::-1, ::-1])])
     assert page.rotation == 0  # the page was not turned: each line was
     assert cer("\n".join(sorted(ln.text for ln in page.lines)), "\n".join(sorted(LINES))) < 0.05
+
+
+def test_fingerprint_follows_models_options_and_mode(
+    ocr_engine: OcrEngine, fixing_engine: OcrEngine
+) -> None:
+    """The page cache's engine fingerprint: stable, and different for another option that
+    changes results (orientation fixing) and for layout mode (the layout model joins)."""
+    text = ocr_engine.fingerprint("text")
+    assert text == ocr_engine.fingerprint("text")
+    assert text == OcrEngine(ocr_engine.settings).fingerprint("text")  # another process's
+    assert text != ocr_engine.fingerprint("layout")
+    assert text != fixing_engine.fingerprint("text")
