@@ -155,6 +155,10 @@ class OcrWorker:
             if settings.cache
             else None
         )
+        if self._cache is not None:
+            # both exported from the start, so the hit ratio reads 0 rather than nothing
+            for result in ("hit", "miss"):
+                self.metrics.cache.labels(result)
         self._decoder = DecodePool(
             settings.decode_threads,
             fetch,
