@@ -73,14 +73,20 @@ def test_a_child_that_cannot_start_reports_instead_of_hanging(tmp_path: Path) ->
     assert preds == {}
 
 
-@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed")
-def test_tesseract_runs_one_process_per_core_on_rendered_pages(tmp_path: Path) -> None:
+def a4_samples(folder: Path, count: int) -> list[Sample]:
+    """``count`` rendered 300-DPI A4 pages with their ground truth, written to ``folder``."""
     samples = []
-    for i in range(2):
+    for i in range(count):
         data, gt = render_a4_page(i)
-        path = tmp_path / f"a4-{i}.jpg"
+        path = folder / f"a4-{i}.jpg"
         path.write_bytes(data)
         samples.append(Sample(path.stem, path, gt))
+    return samples
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed")
+def test_tesseract_runs_one_process_per_core_on_rendered_pages(tmp_path: Path) -> None:
+    samples = a4_samples(tmp_path, 2)
     run, preds = run_engine("tesseract", BenchConfig(warmup=0), samples, processes=2)
     assert run.error is None
     assert run.pages == 2
@@ -94,12 +100,7 @@ def test_tesseract_runs_one_process_per_core_on_rendered_pages(tmp_path: Path) -
 @pytest.mark.parametrize("model", ["ppocrv6-tiny", "ppocrv6-small"])
 def test_faster_paddle_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path, model: str) -> None:
     pytest.importorskip("faster_paddle", reason="faster-paddle is not installed (dev extra)")
-    samples = []
-    for i in range(2):
-        data, gt = render_a4_page(i)
-        path = tmp_path / f"a4-{i}.jpg"
-        path.write_bytes(data)
-        samples.append(Sample(path.stem, path, gt))
+    samples = a4_samples(tmp_path, 2)
     cfg = BenchConfig(model=model, warmup=0, batch=2, threads=1)
     run, preds = run_engine("faster-paddle", cfg, samples, processes=1)
     assert run.error is None
