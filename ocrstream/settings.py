@@ -329,6 +329,9 @@ class AssemblerSettings(BaseSettings):
     metrics_port: int = 9102
     web_port: int = 6067
     changelog_replication: int = 1
+    # earlier revisions of a document's outputs kept under documents/{doc_id}/rev-{n}/ when a
+    # reprocess writes the next one (older ones are deleted; 0 keeps none)
+    keep_revisions: int = Field(default=3, ge=0)
 
 
 class LagSettings(BaseSettings):

@@ -78,6 +78,7 @@ class AssembledDocument:
     source_sha256: str | None = None
     submitted_at: datetime | None = None
     completed_at: datetime | None = None
+    revision: int = 1  # which reading of the document (ocrstream reprocess makes the next)
 
     @property
     def pages_ok(self) -> int:
@@ -96,6 +97,7 @@ class AssembledDocument:
             "doc_id": self.doc_id,
             "status": self.status,
             "page_count": self.page_count,
+            "revision": self.revision,
             "engine": {
                 "backend": self.engine.get("backend", ""),
                 "model": self.engine.get("model", ""),

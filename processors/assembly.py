@@ -15,19 +15,21 @@ one input, and returns the new state with the effects the adapter carries out, i
   raises :class:`~ocrstream.errors.PoisonError` and changes nothing.
 - :class:`DeadlinePassed`: a document with pages is finished if every page is in or none came
   for ``deadline_s``; a document with no page (its split failed: the splitter publishes its
-  event) is forgotten ``forget_after_s`` after its scan, at revision 0 (a later revision's
+  event) is forgotten ``forget_after_s`` after its scan, at revision 1 (a later revision's
   state stays, so that inputs of older ones are still known to be stale).
 - :class:`TerminalPublished`: the adapter delivered the terminal event; the state becomes a
   small terminal mark (kept, so that a replayed page never emits a second event) and the
   pages are dropped (:class:`DropPages`).
-- :class:`NewRevision`: starts the document anew under a later revision.
+- :class:`NewRevision`: starts the document anew under a later revision (the assembler feeds
+  it when the ScanSubmitted of a reprocess arrives, before its pages).
 
 Finishing is the pair :class:`WriteOutputs` then :class:`PublishTerminal`, always the last
 effects of a step; the state is marked terminal only by the :class:`TerminalPublished` that
 the adapter feeds back once the event is delivered. Until then a complete document is finished
 again by a duplicate page or a deadline: that is how one left unfinished by a crash ends.
 
-Revisions: every input names one (0 until records carry it). An input of an older revision
+Revisions: every input names one, from 1 (records written before revisions existed read as
+1, and so does a table value without one). An input of an older revision
 than the state's is ignored; a scan, page or :class:`NewRevision` of a newer one starts a new
 state, dropping the pages kept for the old one (an unfinished older revision gets no terminal
 event). A deadline or a delivery confirmation applies to its own revision only.
@@ -96,7 +98,7 @@ class DocumentState:
     epoch, except ``submitted_at_ms`` and ``ended_at_ms``."""
 
     doc_id: str
-    revision: int = 0
+    revision: int = 1
     page_count: int = 0  # 0 until a page came
     bitmap: str = ""  # the pages that are in
     done: int = 0  # how many
@@ -131,7 +133,7 @@ class DocumentState:
     def to_json(self) -> dict[str, Any]:
         """The table value: the keys the assembler has always written, defaults left out."""
         out: dict[str, Any] = {}
-        if self.revision:
+        if self.revision > 1:  # revision 1 keeps the shape earlier assemblers wrote
             out["revision"] = self.revision
         if self.terminal is not None:
             out.update(terminal=self.terminal, page_count=self.page_count, at=self.ended_at_ms)
@@ -161,13 +163,13 @@ class DocumentState:
         """The state from a table value (as written by :meth:`to_json` or earlier assemblers)."""
         if value.get("terminal"):
             return cls(
-                doc_id, revision=int(value.get("revision") or 0),
+                doc_id, revision=int(value.get("revision") or 1),
                 page_count=int(value.get("page_count") or 0), terminal=str(value["terminal"]),
                 ended_at_ms=_opt_int(value.get("at")),
             )  # fmt: skip
         return cls(
             doc_id,
-            revision=int(value.get("revision") or 0),
+            revision=int(value.get("revision") or 1),
             page_count=int(value.get("page_count") or 0),
             bitmap=str(value.get("bitmap") or ""),
             done=int(value.get("done") or 0),
@@ -201,7 +203,7 @@ class ScanRegistered:
     source_sha256: str = ""
     attributes: tuple[tuple[str, str], ...] = ()
     trace_id: str | None = None
-    revision: int = 0
+    revision: int = 1
     tenant: str = ""
 
 
@@ -216,7 +218,7 @@ class PageArrived:
     source_uri: str | None = None
     outputs: tuple[str, ...] = ()
     trace_id: str | None = None
-    revision: int = 0
+    revision: int = 1
     tenant: str = ""
 
 
@@ -225,7 +227,7 @@ class DeadlinePassed:
     """The timer found the document :func:`due`; ``step`` checks again at its own ``now``."""
 
     doc_id: str
-    revision: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,7 @@ class TerminalPublished:
 
     doc_id: str
     status: str
-    revision: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +257,7 @@ class KeepPage:
 
     doc_id: str
     page_no: int
-    revision: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +266,7 @@ class DropPages:
 
     doc_id: str
     page_nos: tuple[int, ...]
-    revision: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +276,7 @@ class PublishProgress:
     page_count: int
     pages_failed: int
     trace_id: str | None = None
-    revision: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +291,7 @@ class WriteOutputs:
     source_uri: str | None = None
     source_sha256: str = ""
     submitted_at_ms: int | None = None
-    revision: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +303,7 @@ class PublishTerminal:
     page_count: int
     attributes: tuple[tuple[str, str], ...] = ()
     trace_id: str | None = None
-    revision: int = 0
+    revision: int = 1
     tenant: str = ""
 
 
@@ -363,7 +365,7 @@ def step(state: DocumentState | None, event: Input, *, now: float, rules: Rules)
 def due(state: DocumentState, now: float, rules: Rules) -> bool:
     """Whether the deadline timer should send the document a :class:`DeadlinePassed`: no page
     for ``deadline_s``, complete but unfinished for ``retry_after_s``, or pageless past
-    ``forget_after_s`` (at revision 0)."""
+    ``forget_after_s`` (at revision 1)."""
     if state.terminal is not None:
         return False
     if state.done:
@@ -373,9 +375,9 @@ def due(state: DocumentState, now: float, rules: Rules) -> bool:
 
 
 def _forgotten(state: DocumentState, now: float, rules: Rules) -> bool:
-    # Only at revision 0: the state of a later one stays (small), so that inputs of older
+    # Only at revision 1: the state of a later one stays (small), so that inputs of older
     # revisions are still known to be stale.
-    if state.revision:
+    if state.revision > 1:
         return False
     return state.scan_at is None or now - state.scan_at >= rules.forget_after_s
 

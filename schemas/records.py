@@ -222,6 +222,8 @@ class ScanSubmitted(_Avro):
     attributes: Mapping[str, str] = field(default_factory=dict)
     trace_id: str | None = None
     mode: str = "text"
+    revision: int = 1
+    options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +249,7 @@ class PageTask(_Avro):
     priority: int = 0
     tenant: str = ""
     mode: str = "text"
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +280,7 @@ class PageResult(_Avro):
     mode: str = "text"
     blocks: tuple[Block, ...] | None = None
     cached: bool = False
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +293,7 @@ class DocumentProgress(_Avro):
     updated_at: datetime
     pages_failed: int = 0
     trace_id: str | None = None
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +316,7 @@ class DocumentEvent(_Avro):
     trace_id: str | None = None
     tenant: str = ""
     pages_cached: int = 0
+    revision: int = 1
 
 
 @dataclass(frozen=True, slots=True)

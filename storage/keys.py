@@ -90,6 +90,10 @@ class Keys:
     def source(self, doc_id: str, ext: str) -> str:
         return f"{self.prefix}scans/{validate_doc_id(doc_id)}/source.{_ext(ext)}"
 
+    def sources_prefix(self, doc_id: str) -> str:
+        """The document's stored source, whatever its extension."""
+        return f"{self.prefix}scans/{validate_doc_id(doc_id)}/source."
+
     def submission(self, doc_id: str) -> str:
         """What the HTTP API records of an upload: its tenant, time, file name and size."""
         return f"{self.prefix}scans/{validate_doc_id(doc_id)}/submission.json"
@@ -119,6 +123,22 @@ class Keys:
 
     def documents_prefix(self, doc_id: str) -> str:
         return f"{self.prefix}documents/{validate_doc_id(doc_id)}/"
+
+    def revision_document(self, doc_id: str, revision: int, fmt: str) -> str:
+        """An earlier revision's output, kept when a reprocess wrote the next one."""
+        if revision < 1:
+            raise ValueError(f"revision must be 1 or more, got {revision}")
+        latest = self.document(doc_id, fmt)
+        head, _, name = latest.rpartition("/")
+        return f"{head}/rev-{revision}/{name}"
+
+    def revisions_prefix(self, doc_id: str) -> str:
+        """Every kept earlier revision of one document (``rev-{n}/`` under it)."""
+        return f"{self.documents_prefix(doc_id)}rev-"
+
+    def reprocess_prefix(self, run: str) -> str:
+        """What one ``ocrstream reprocess`` run recorded (its plan, what it submitted)."""
+        return f"{self.prefix}reprocess/{validate_doc_id(run)}/"
 
     @property
     def pipeline_prefixes(self) -> tuple[str, ...]:

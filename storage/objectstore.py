@@ -26,7 +26,7 @@ from typing import IO, Any, BinaryIO, TypeVar, cast
 import certifi
 import urllib3
 from minio import Minio
-from minio.commonconfig import ENABLED, Filter
+from minio.commonconfig import ENABLED, CopySource, Filter
 from minio.deleteobjects import DeleteObject
 from minio.error import InvalidResponseError, MinioException, S3Error, ServerError
 from minio.lifecycleconfig import Expiration, LifecycleConfig, Rule
@@ -430,6 +430,13 @@ class ObjectStore:
         except ObjectNotFoundError:
             return False
         return True
+
+    def copy(self, key: str, to_key: str, *, bucket: str | None = None) -> ObjectInfo:
+        """Copy an object inside the bucket, on the server (nothing passes through here)."""
+        bucket = bucket or self.bucket
+        what = f"copy {format_s3_uri(bucket, key)} to {to_key}"
+        self._retry(what, lambda: self.client.copy_object(bucket, to_key, CopySource(bucket, key)))
+        return self.stat(to_key, bucket=bucket)
 
     def delete(self, key: str, *, bucket: str | None = None) -> None:
         """Remove the object; removing one that isn't there is not an error."""

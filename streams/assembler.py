@@ -15,7 +15,14 @@ changelogs are written to that partition too.
 
 When every page is in, or no page arrived for ``deadline_s`` (then ``partial`` with the
 missing pages listed), the document is finished: document.json, .txt and .pdf are written to
-the store, then exactly one DocumentEvent is published, then the table records it. The join
+the store, then exactly one DocumentEvent is published, then the table records it.
+
+Revisions (``ocrstream reprocess``): every record names its document's revision. The state is
+per (doc_id, revision): the ScanSubmitted of a newer revision starts the document anew
+(:class:`~ocrstream.processors.assembly.NewRevision`), and a page result of an older one is
+dropped and counted (``ocrstream_pages_total{stage="assembler", status="stale_revision"}``).
+Before a revision's outputs are written at the latest keys, the earlier ones are kept under
+``documents/{doc_id}/rev-{n}/`` (:mod:`ocrstream.storage.revisions`). The join
 itself (de-duplication, the bitmap, limits, deadlines, when to finish) is the pure state
 machine :mod:`ocrstream.processors.assembly`: the handlers here decode records into its
 inputs, store the state it returns and carry out its effects in order. Deadlines
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import tempfile
 import time
@@ -58,6 +66,7 @@ from ocrstream.processors.assembly import (
     Effect,
     Input,
     KeepPage,
+    NewRevision,
     Outcome,
     PageArrived,
     PublishProgress,
@@ -83,6 +92,7 @@ from ocrstream.schemas.records import (
 )
 from ocrstream.settings import AssemblerSettings, KafkaSettings, LimitsSettings
 from ocrstream.storage import ObjectStore, parse_s3_uri, validate_doc_id
+from ocrstream.storage.revisions import archive_latest, revision_metadata
 from ocrstream.streams import outputs, topics
 from ocrstream.streams.agent import (
     StallWatch,
@@ -191,6 +201,7 @@ class Assembler:
             submitted_at_ms=_ms(result.submitted_at.timestamp()),
             source_sha256=result.source_sha256, source_uri=result.source_uri,
             outputs=tuple(result.outputs), trace_id=result.trace_id, tenant=result.tenant,
+            revision=result.revision,
         )  # fmt: skip
         t = self._step(page)
         status = result.status.value if t.outcome is Outcome.ACCEPTED else t.outcome.value
@@ -214,10 +225,12 @@ class Assembler:
                         "murmur2): its attributes are not passed through", scan.doc_id,
                         event.message.partition, partition)  # fmt: skip
             return
+        if scan.revision > 1:  # a reprocess: the older revision's pages are stale from now
+            await self._carry_out(self._step(NewRevision(scan.doc_id, scan.revision)).effects)
         registered = ScanRegistered(
             scan.doc_id, _ms(scan.submitted_at.timestamp()), source_sha256=scan.sha256,
             attributes=tuple(scan.attributes.items()), trace_id=scan.trace_id,
-            tenant=scan.tenant,
+            tenant=scan.tenant, revision=scan.revision,
         )  # fmt: skip
         await self._carry_out(self._step(registered).effects)
 
@@ -259,7 +272,7 @@ class Assembler:
         with log_context(doc_id=doc_id):
             try:
                 _, _, revision = bytes(event.value or b"").partition(b":")
-                transition = self._step(DeadlinePassed(doc_id, int(revision or 0)))
+                transition = self._step(DeadlinePassed(doc_id, int(revision or 1)))
                 await self._carry_out(transition.effects)
             except Exception:
                 log.exception("deadline handling failed")
@@ -309,7 +322,8 @@ class Assembler:
         progress = DocumentProgress(doc_id=effect.doc_id, pages_done=effect.pages_done,
                                     page_count=effect.page_count, updated_at=utc_now(),
                                     pages_failed=effect.pages_failed,
-                                    trace_id=effect.trace_id)  # fmt: skip
+                                    trace_id=effect.trace_id,
+                                    revision=effect.revision)  # fmt: skip
         await self.progress.send(
             key=effect.doc_id.encode(),
             value=self.codec.encode(progress, self.progress.get_topic_name()),
@@ -333,7 +347,10 @@ class Assembler:
             doc_id, page_count, results, source_sha256=effect.source_sha256 or None,
             submitted_at=submitted_at, completed_at=completed_at,
         )  # fmt: skip
+        assembled = dataclasses.replace(assembled, revision=effect.revision)
         formats = [f for f in effect.outputs or outputs.FORMATS if f in outputs.CONTENT_TYPES]
+        await self._store(archive_latest, self.store, doc_id, effect.revision, formats,
+                          keep=self.settings.keep_revisions)  # fmt: skip
         written = await self._write_outputs(assembled, formats, effect.source_uri)
         cached = sum(1 for r in results if r.cached)
         return _Written(assembled, written, submitted_at, completed_at, started, cached)
@@ -364,6 +381,7 @@ class Assembler:
             trace_id=effect.trace_id,
             tenant=effect.tenant,
             pages_cached=written.pages_cached,
+            revision=effect.revision,
         )
         fut = await self.documents.send(
             key=doc_id.encode(), value=self.codec.encode(event, self.documents.get_topic_name())
@@ -406,7 +424,8 @@ class Assembler:
             for fmt, (data, content_type) in built.items():
                 key = self.store.keys.document(doc.doc_id, fmt)
                 info = await self._store(self.store.put_bytes, key, data,
-                                         content_type=content_type)  # fmt: skip
+                                         content_type=content_type,
+                                         metadata=revision_metadata(doc.revision))  # fmt: skip
                 written[fmt] = info.uri
         return written
 
@@ -433,7 +452,7 @@ def _page_key(doc_id: str, page_no: int) -> str:
 def _marker(state: DocumentState) -> bytes:
     """The deadline marker: its kind (as earlier assemblers read it), then any revision."""
     kind = DEADLINE if state.done else EXPIRE
-    return kind + (b":%d" % state.revision if state.revision else b"")
+    return kind + (b":%d" % state.revision if state.revision > 1 else b"")
 
 
 def _from_ms(ms: int) -> Any:

@@ -26,10 +26,12 @@ class DecodePool:
         *,
         max_pixels: int,
         cache: PageLookup | None = None,
+        model: str | None = None,
     ) -> None:
         self.fetch = fetch
         self.max_pixels = max_pixels
         self.cache = cache
+        self.model = model  # the engine's model set: a task asking for another one fails
         self._pool = ThreadPoolExecutor(threads, "ocr-decode")
         self._decoding: list[tuple[Pending, Future[PreparedPage]]] = []
 
@@ -40,8 +42,9 @@ class DecodePool:
         with page.log_context():  # the decode thread logs with the page's context
             run = contextvars.copy_context().run
         future = self._pool.submit(
-            run, prepare_page, page.task, self.fetch, max_pixels=self.max_pixels, cache=self.cache
-        )
+            run, prepare_page, page.task, self.fetch, max_pixels=self.max_pixels,
+            cache=self.cache, model=self.model,
+        )  # fmt: skip
         self._decoding.append((page, future))
 
     def collect(self) -> list[tuple[Pending, PreparedPage | RetriableError]]:

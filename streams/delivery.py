@@ -133,4 +133,5 @@ def _task_of(result: PageResult) -> PageTask:
         trace_id=result.trace_id,
         tenant=result.tenant,
         mode=result.mode,
+        revision=result.revision,
     )

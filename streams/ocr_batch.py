@@ -83,11 +83,19 @@ def prepare_page(
     *,
     max_pixels: int,
     cache: PageLookup | None = None,
+    model: str | None = None,
 ) -> PreparedPage:
     """Fetch and decode one page; a page the ``cache`` knows comes back with its cached
-    result, undecoded. A RetriableError (store down) propagates: try again later."""
+    result, undecoded. A page whose task asks for a recognition model (``options["model"]``,
+    ``ocrstream reprocess --model``) other than this worker's ``model`` fails
+    (``model_unavailable``): read by another model, its result would claim what it is not.
+    A RetriableError (store down) propagates: try again later."""
     if task.text_layer is not None:
         return PreparedPage(task)
+    wanted = task.options.get("model")
+    if model is not None and wanted and wanted != model:
+        message = f"the page asks for model {wanted!r}; this worker runs {model!r}"
+        return PreparedPage(task, error=ErrorInfo("model_unavailable", message))
     start = time.perf_counter()
     try:
         if task.image.data is not None:
@@ -137,6 +145,7 @@ def _base(task: PageTask, worker_id: str) -> dict[str, object]:
         "trace_id": task.trace_id,
         "tenant": task.tenant,
         "mode": task.mode,
+        "revision": task.revision,
     }
 
 

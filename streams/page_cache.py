@@ -94,6 +94,7 @@ def readdress(cached: PageResult, task: PageTask, *, worker_id: str) -> PageResu
         mode=task.mode,
         timings=Timings(),
         cached=True,
+        revision=task.revision,
     )
 
 

@@ -16,9 +16,11 @@ untouched), so an inline source that asks for a PDF is uploaded to ``scans/{doc_
 object per document instead of one per page.
 
 Duplicates: the ``splitter-documents`` table (changelog-backed, co-partitioned with the scans
-by doc_id) remembers every doc_id split or failed; a second ScanSubmitted for it is skipped. A
-crash mid-document re-splits it on replay; the assembler de-duplicates the page results by
-(doc_id, page_no) and remembers the terminal event, so no second one is emitted.
+by doc_id) remembers, per doc_id, the latest revision split or failed; a second ScanSubmitted
+of that revision or an older one is skipped, a newer revision (``ocrstream reprocess``) is
+split again. A crash mid-document re-splits it on replay; the assembler de-duplicates the page
+results by (doc_id, revision, page_no) and remembers the terminal event, so no second one is
+emitted.
 
 At-least-once: faust acks a scan only when the handler returns, which is after every page
 and event of it was delivered. No exception leaves the agent loop: a record that can't be
@@ -141,6 +143,8 @@ def page_task(
         priority=scan.priority,
         tenant=scan.tenant,
         mode=scan.mode,
+        options=scan.options,
+        revision=scan.revision,
     )
 
 
@@ -163,6 +167,7 @@ def failed_page(
         trace_id=scan.trace_id,
         tenant=scan.tenant,
         mode=scan.mode,
+        revision=scan.revision,
     )
 
 
@@ -182,6 +187,7 @@ def failed_document(
         attributes=scan.attributes,
         trace_id=scan.trace_id,
         tenant=scan.tenant,
+        revision=scan.revision,
     )
 
 
@@ -243,11 +249,13 @@ class Splitter:
 
     async def _scan(self, scan: ScanSubmitted) -> None:
         previous = self.done.get(scan.doc_id)
-        if previous is not None:
+        if previous is not None and int(previous.get("revision") or 1) >= scan.revision:
             log.info(
-                "duplicate ScanSubmitted for %s (already %s): skipped",
+                "duplicate ScanSubmitted for %s revision %d (already %s at revision %s): skipped",
                 scan.doc_id,
+                scan.revision,
                 previous.get("status"),
+                previous.get("revision") or 1,
             )
             self.metrics.pages.labels(STAGE, "duplicate_document").inc(0)
             return
@@ -257,7 +265,8 @@ class Splitter:
         except DocumentFailed as e:
             await self._fail(scan, e)
             return
-        self.done[scan.doc_id] = {"status": "split", "pages": pages, "sha256": scan.sha256}
+        self.done[scan.doc_id] = {"status": "split", "pages": pages, "sha256": scan.sha256,
+                                  "revision": scan.revision}  # fmt: skip
         await self.app.producer.flush()  # the mark reaches the changelog before the next scan
         self.metrics.stage_seconds.labels(STAGE).observe(time.perf_counter() - started)
         log.info(
@@ -423,7 +432,8 @@ class Splitter:
             value=self.codec.encode(event, self.documents.get_topic_name()),
         )
         await fut
-        self.done[scan.doc_id] = {"status": "failed", "code": failure.code}
+        self.done[scan.doc_id] = {"status": "failed", "code": failure.code,
+                                  "revision": scan.revision}  # fmt: skip
         await self.app.producer.flush()
         self.metrics.documents.labels("failed").inc()
         latency = (event.completed_at - scan.submitted_at).total_seconds()

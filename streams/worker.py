@@ -164,6 +164,7 @@ class OcrWorker:
             fetch,
             max_pixels=self.limits.max_page_pixels,
             cache=self._cache,
+            model=info.model,
         )
         self._engine: BatchingEngine[tuple[Pending, PreparedPage]] = BatchingEngine(
             engine,

@@ -42,7 +42,7 @@ ATTRS = (("customer", "acme"), ("batch", "7"))
 
 
 def page(
-    page_no: int, page_count: int = 3, *, failed: bool = False, revision: int = 0
+    page_no: int, page_count: int = 3, *, failed: bool = False, revision: int = 1
 ) -> PageArrived:
     return PageArrived(
         DOC, page_no, page_count, failed=failed, submitted_at_ms=2_000, source_sha256="sha-page",
@@ -51,7 +51,7 @@ def page(
     )  # fmt: skip
 
 
-def scan(revision: int = 0) -> ScanRegistered:
+def scan(revision: int = 1) -> ScanRegistered:
     return ScanRegistered(
         DOC, submitted_at_ms=1_000, source_sha256="sha-scan", attributes=ATTRS,
         trace_id="trace-scan", revision=revision,
@@ -288,10 +288,10 @@ def test_a_document_with_no_page_is_forgotten_after_a_while_without_an_event() -
 
 
 def test_a_later_revision_without_pages_is_kept_so_older_inputs_stay_stale() -> None:
-    state, _ = feed(None, NewRevision(DOC, 1), now=1000.0)
+    state, _ = feed(None, NewRevision(DOC, 2), now=1000.0)
     assert state is not None
     assert not due(state, 1e12, RULES)
-    assert step(state, DeadlinePassed(DOC, 1), now=1e12, rules=RULES).state is state
+    assert step(state, DeadlinePassed(DOC, 2), now=1e12, rules=RULES).state is state
     assert step(state, page(1, 1), now=1e12, rules=RULES).outcome is Outcome.STALE_REVISION
 
 
@@ -320,15 +320,15 @@ def test_inputs_of_an_older_revision_are_ignored() -> None:
 
 def test_a_newer_revision_starts_anew_and_drops_the_pages_kept_for_the_old_one() -> None:
     state, _ = feed(None, scan(), page(1), page(3), now=1.0)
-    state, effects, outcome = step(state, page(2, 2, revision=1), now=2.0, rules=RULES)
+    state, effects, outcome = step(state, page(2, 2, revision=2), now=2.0, rules=RULES)
     assert outcome is Outcome.ACCEPTED
     assert effects == (
         DropPages(DOC, (1, 3)),
-        KeepPage(DOC, 2, revision=1),
-        PublishProgress(DOC, 1, 2, 0, "trace-page", revision=1),
+        KeepPage(DOC, 2, revision=2),
+        PublishProgress(DOC, 1, 2, 0, "trace-page", revision=2),
     )
     assert state is not None
-    assert (state.revision, state.page_count, state.pages(), state.scan_seen) == (1, 2, (2,), False)
+    assert (state.revision, state.page_count, state.pages(), state.scan_seen) == (2, 2, (2,), False)
 
 
 def test_a_revision_after_the_terminal_event_starts_anew() -> None:
@@ -346,10 +346,13 @@ def test_a_revision_after_the_terminal_event_starts_anew() -> None:
 
 def test_new_revision_input() -> None:
     state, _ = feed(None, page(1, 2), now=1.0)
-    assert step(state, NewRevision(DOC, 0), now=2.0, rules=RULES).outcome is Outcome.IGNORED
-    fresh, effects, _ = step(state, NewRevision(DOC, 1), now=2.0, rules=RULES)
+    assert step(state, NewRevision(DOC, 1), now=2.0, rules=RULES).outcome is Outcome.IGNORED
+    assert step(state, NewRevision(DOC, 0), now=2.0, rules=RULES).outcome is (
+        Outcome.STALE_REVISION
+    )
+    fresh, effects, _ = step(state, NewRevision(DOC, 2), now=2.0, rules=RULES)
     assert effects == (DropPages(DOC, (1,)),)
-    assert fresh == DocumentState(DOC, revision=1, scan_at=2.0)
+    assert fresh == DocumentState(DOC, revision=2, scan_at=2.0)
     assert step(None, NewRevision(DOC, 4), now=2.0, rules=RULES).state == DocumentState(
         DOC, revision=4, scan_at=2.0
     )
@@ -393,6 +396,41 @@ def test_the_table_values_keep_the_shape_earlier_assemblers_wrote() -> None:
     revised, _ = feed(ended, NewRevision(DOC, 2), now=8.0)
     assert revised is not None
     assert revised.to_json() == {"revision": 2, "scan_at": 8.0}
+
+
+def test_a_value_written_before_revisions_is_revision_1_and_its_pages_continue_it() -> None:
+    # An assembler upgraded while a document is in flight: its table value has no revision,
+    # and the records now say revision 1 (their schema default); they are the same revision.
+    written = {"page_count": 2, "bitmap": "1", "done": 1, "failed": [], "updated_at": 1.0,
+               "first_at": 1.0, "outputs": ["json"]}  # fmt: skip
+    state = DocumentState.from_json(DOC, written)
+    assert state.revision == 1
+    t = step(state, page(2, 2), now=2.0, rules=RULES)
+    assert t.outcome is Outcome.ACCEPTED
+    assert [type(e) for e in t.effects] == [
+        KeepPage,
+        PublishProgress,
+        WriteOutputs,
+        PublishTerminal,
+    ]
+    assert "revision" not in t.state.to_json()  # type: ignore[union-attr]
+
+
+def test_a_late_page_of_the_old_revision_never_lands_in_the_new_one() -> None:
+    ended, _ = feed(None, scan(), page(1, 2), page(2, 2), TerminalPublished(DOC, "completed"),
+                    now=1.0)  # fmt: skip
+    state, effects = feed(ended, NewRevision(DOC, 2), scan(2), page(1, 2, revision=2), now=2.0)
+    assert [type(e) for e in effects] == [KeepPage, PublishProgress]
+    late = step(state, page(2, 2), now=3.0, rules=RULES)
+    assert late == (state, (), Outcome.STALE_REVISION)
+    state, effects = feed(state, page(2, 2, revision=2), now=4.0)
+    assert [type(e) for e in effects] == [KeepPage, PublishProgress, WriteOutputs, PublishTerminal]
+    assert {e.revision for e in effects} == {2}
+    assert effects[2] == WriteOutputs(
+        DOC, 2, (1, 2), complete=True, outputs=("json", "txt"),
+        source_uri="s3://sources/doc-1.pdf", source_sha256="sha-page", submitted_at_ms=1_000,
+        revision=2,
+    )  # fmt: skip
 
 
 def test_a_value_written_by_an_earlier_assembler_reads_back() -> None:
@@ -487,7 +525,7 @@ def page_inputs(draw: st.DrawFn, revision: int) -> list[Input]:
 
 @st.composite
 def one_revision(draw: st.DrawFn) -> list[tuple[Input, float]]:
-    events = page_inputs(draw, 0) + [DeadlinePassed(DOC)] * draw(st.integers(0, 4))
+    events = page_inputs(draw, 1) + [DeadlinePassed(DOC)] * draw(st.integers(0, 4))
     events = draw(st.permutations(events))
     return [(e, draw(st.sampled_from(DTS))) for e in events]
 
@@ -547,7 +585,7 @@ def test_any_order_and_duplication_ends_in_exactly_one_terminal_event(
 @st.composite
 def revisions(draw: st.DrawFn) -> list[tuple[Input, float]]:
     events: list[Input] = []
-    for revision in draw(st.sets(st.integers(0, 3), min_size=1, max_size=3)):
+    for revision in draw(st.sets(st.integers(1, 4), min_size=1, max_size=3)):
         events += page_inputs(draw, revision)
         events += [DeadlinePassed(DOC, revision)] * draw(st.integers(0, 2))
         events += [NewRevision(DOC, revision)] * draw(st.integers(0, 1))
