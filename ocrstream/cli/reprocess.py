@@ -147,6 +147,10 @@ def _reprocess(selection: Any, timeout: float, no_wait: bool, summary_path: Path
             for doc_id, why in submitted.skipped.items():
                 console.print(f"[yellow]{doc_id}: skipped ({why})")
             waiting = {d for d in plan.targets if d not in submitted.skipped}
+            # what is skipped never ends: out of the bars' totals
+            progress.update(sent, total=len(waiting))
+            progress.update(pages, total=sum(expected_pages.get(d, 0) for d in waiting) or None)
+            progress.update(docs, total=len(waiting))
             if no_wait:
                 progress.update(docs, state="submitted; not waiting")
             else:

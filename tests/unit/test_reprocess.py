@@ -11,10 +11,17 @@ import pytest
 
 from ocrstream.processors.page_key import content_key
 from ocrstream.schemas.codec import Codec
-from ocrstream.schemas.records import DocumentEvent, DocumentStatus, ScanSubmitted
+from ocrstream.schemas.records import (
+    DocumentEvent,
+    DocumentStatus,
+    PageResult,
+    PageStatus,
+    ScanSubmitted,
+)
 from ocrstream.settings import KafkaSettings
 from ocrstream.storage import Keys
 from ocrstream.streams.ocr_batch import prepare_page
+from ocrstream.streams.page_cache import readdress
 from ocrstream.streams.reprocess import Selection, latest_events, next_scan, select
 from tests.fakes.stepped_worker import png, task
 
@@ -125,3 +132,11 @@ def test_the_model_asked_for_changes_the_page_cache_key() -> None:
     image = png(40, 8)
     plain = content_key(image, "fp", mode="text", options={})
     assert content_key(image, "fp", mode="text", options={"model": "m"}) != plain
+
+
+def test_a_cached_result_answers_the_revision_that_asked() -> None:
+    # Read at revision 1, answered from the cache to a page of revision 2: the assembler must
+    # see revision 2, or it would drop the page as stale.
+    read = PageResult(doc_id="d", page_no=1, page_count=1, status=PageStatus.OK, revision=1)
+    asking = dataclasses.replace(task("d", 1, 40), revision=2)
+    assert readdress(read, asking, worker_id="w").revision == 2
