@@ -39,7 +39,7 @@ from ocrstream.schemas.records import DeadLetter, DocumentEvent, DocumentStatus
 from ocrstream.settings import KafkaSettings
 from ocrstream.storage import ObjectStore
 from ocrstream.streams.producer import RecordProducer
-from ocrstream.streams.topics import DLQ, DOCUMENTS
+from ocrstream.streams.topics import DLQ, DOCUMENTS, WEBHOOK_RETRY
 from tests.integration import harness
 from tests.integration.harness import REPO, free_port, read_all
 from tests.integration.test_api import Api, png, start_api, stop_api, wait_ready, wait_status
@@ -76,12 +76,15 @@ class Receiver:
 
     failures: int = 0
     fail: int = 503
+    by_path: dict[str, int] = field(default_factory=dict)  # a fixed answer for these paths
     calls: list[Call] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     port: int = 0
 
-    def answer(self) -> int:
+    def answer(self, path: str) -> int:
         with self.lock:
+            if path in self.by_path:
+                return self.by_path[path]
             return self.fail if len(self.calls) < self.failures else 200
 
     def record(self, call: Call) -> None:
@@ -92,8 +95,8 @@ class Receiver:
         with self.lock:
             return list(self.calls)
 
-    def url(self, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}/hooks/ocr?src=test"
+    def url(self, host: str = "127.0.0.1", path: str = "/hooks/ocr?src=test") -> str:
+        return f"http://{host}:{self.port}{path}"
 
 
 @pytest.fixture
@@ -103,7 +106,7 @@ def receiver() -> Iterator[Receiver]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status = found.answer()
+            status = found.answer(self.path)
             found.record(Call(self.path, {k.lower(): v for k, v in self.headers.items()},
                               body, status))  # fmt: skip
             self.send_response(status)
@@ -415,3 +418,51 @@ def test_a_killed_agent_loses_no_delivery_between_retries(
     assert (second.metric("ocrstream_webhook_deliveries_total", outcome="delivered") or 0) >= 1
     assert wait_until(lambda: second.metric("ocrstream_webhook_pending_retries") == 0, 30,
                       "no retries pending")  # fmt: skip
+
+
+def test_what_cannot_be_delivered_ends_on_the_dlq_and_a_redrive_starts_afresh(
+    topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path, receiver: Receiver,
+    webhook_agents: list[WebhookAgent],
+) -> None:  # fmt: skip
+    secrets = tmp_path / "webhook-secrets.json"
+    env = agent_env(topics, object_store.bucket, secrets, **LOOPBACK, **FAST_RETRIES,
+                    OCRSTREAM_WEBHOOK_WINDOW_S="3")  # fmt: skip
+    cli(env, "api", "keys", "create", "--tenant", "acme")
+    receiver.by_path = {"/gone": 410, "/down": 503}
+    agent = new_agent(webhook_agents, env, tmp_path)
+    publish(topics, terminal_event("gone-1", receiver.url(path="/gone")))
+    publish(topics, terminal_event("down-1", receiver.url(path="/down")))
+    codec = Codec(topics)
+
+    def letters(want: int) -> dict[str, DeadLetter]:
+        found = [r for r in read_all(topics, DLQ, codec) if isinstance(r, DeadLetter)]
+        by_doc = {codec.decode_as(d.value or b"", DocumentEvent).doc_id: d for d in found}
+        return by_doc if len(found) >= want else {}
+
+    dead = wait_until(lambda: letters(2), 60, "two dead letters", interval_s=0.5)
+    assert set(dead) == {"gone-1", "down-1"}
+    gone, down = dead["gone-1"], dead["down-1"]
+    assert (gone.stage, gone.error_code) == ("webhook", "webhook_rejected")
+    assert "HTTP 410" in gone.error_message
+    assert gone.topic == topics.topic(DOCUMENTS)  # refused at the first attempt: never retried
+    assert (down.stage, down.error_code) == ("webhook", "webhook_expired")
+    assert "window 3s" in down.error_message
+    assert down.topic == topics.topic(WEBHOOK_RETRY)
+    paths = [c.path for c in receiver.seen()]
+    assert paths.count("/gone") == 1
+    assert paths.count("/down") >= 2  # retried until the window closed
+    assert agent.metric("ocrstream_webhook_deliveries_total", outcome="dead_letter") == 2
+    assert agent.metric("ocrstream_dlq_total", stage="webhook", code="webhook_expired") == 1
+    assert agent.metric("ocrstream_dlq_total", stage="webhook", code="webhook_rejected") == 1
+
+    # The receiver is fixed; the operator redrives the expired one: a fresh window, delivered.
+    receiver.by_path = {"/gone": 410}
+    tried = len(receiver.seen())
+    redriven = cli(env, "dlq", "redrive", "--stage", "webhook", "--code", "webhook_expired")
+    assert b"redriven: 1;" in redriven.stdout
+    delivered = wait_until(
+        lambda: [c for c in receiver.seen()[tried:] if c.path == "/down" and c.answered == 200],
+        60, "the redriven webhook delivered", interval_s=0.2,
+    )  # fmt: skip
+    assert json.loads(delivered[0].body)["doc_id"] == "down-1"
+    assert agent.metric("ocrstream_webhook_deliveries_total", outcome="delivered") == 1
