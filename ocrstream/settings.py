@@ -399,6 +399,9 @@ class WebhookSettings(BaseSettings):
     allowed_networks: tuple[str, ...] = ()
     # The tenants' signing secrets (HMAC-SHA256 keys, readable: see ocrstream/api/secrets.py).
     secrets_file: Path = Field(default_factory=lambda: default_home() / "webhook-secrets.json")
+    # CA certificates (a PEM file) that receivers' certificates are checked against instead of
+    # the system's: for receivers behind a private CA. None: the system's.
+    ca_bundle: Path | None = None
     group: str = "ocrstream-webhooks"
     concurrency: int = 8  # deliveries in flight at once
     timeout_s: float = 10.0  # connect and read, per attempt

@@ -51,6 +51,7 @@ class Sender:
         self.secrets = secrets
         self.resolver = resolver
         self.allowed: Sequence[IpNetwork] = webhook.networks(settings.allowed_networks)
+        self.ca_certs = str(settings.ca_bundle) if settings.ca_bundle is not None else None
 
     def deliver(self, payload: bytes, callback: str, tenant: str, delivery: str,
                 attempt: int) -> Outcome:  # fmt: skip
@@ -82,7 +83,7 @@ class Sender:
                 pool = urllib3.HTTPSConnectionPool(
                     address, target.port, timeout=timeout, retries=False, maxsize=1,
                     server_hostname=target.host, assert_hostname=target.host,
-                    cert_reqs="CERT_REQUIRED",
+                    cert_reqs="CERT_REQUIRED", ca_certs=self.ca_certs,
                 )  # fmt: skip
             else:
                 pool = urllib3.HTTPConnectionPool(address, target.port, timeout=timeout,
