@@ -42,7 +42,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from ocrstream.errors import FatalError, PoisonError
+from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.processors import webhook
 from ocrstream.processors.webhook import Verdict
 from ocrstream.schemas.codec import Codec
@@ -119,6 +119,11 @@ class WebhookAgent:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then finish the attempts in flight, commit, leave."""
+        try:
+            self._require_topics()
+        except (FatalError, RetriableError):
+            self.consumer.close()
+            raise
         self.consumer.subscribe([self.source, self.retry], on_assign=self._on_assign,
                                 on_revoke=self._on_revoke, on_lost=self._on_lost)  # fmt: skip
         log.info("webhook agent consuming %s and %s", self.source, self.retry)
@@ -138,6 +143,18 @@ class WebhookAgent:
             finally:
                 self._drain()
                 self.consumer.close()
+
+    def _require_topics(self) -> None:
+        """Both topics exist, or the agent exits (its supervisor starts it again later)."""
+        try:
+            md = self.consumer.list_topics(timeout=30)
+        except KafkaException as e:
+            raise RetriableError(f"cannot reach Kafka: {e}") from e
+        missing = [name for name in (self.source, self.retry)
+                   if name not in md.topics or md.topics[name].error is not None]  # fmt: skip
+        if missing:
+            raise FatalError(f"topics missing: {', '.join(missing)} (run `ocrstream topics "
+                             "create`)", code="topic_missing")  # fmt: skip
 
     def _drain(self) -> None:
         deadline = time.monotonic() + self.settings.drain_timeout_s

@@ -170,7 +170,7 @@ def webhooks(metrics_port: int | None) -> None:
     agent = WebhookAgent(kafka, settings, sender, Codec(kafka), process_metrics())
     try:
         agent.run(_stop_on_signals())
-    except FatalError as e:
+    except OcrstreamError as e:
         raise click.ClickException(f"{e.code}: {e}") from e
 
 
