@@ -387,3 +387,35 @@ class ApiSettings(BaseSettings):
     # The longest a Server-Sent Events stream stays open; the client reconnects with its
     # Last-Event-ID and goes on.
     events_max_s: float = 600.0
+
+
+class WebhookSettings(BaseSettings):
+    """Webhooks: the ``callback_url`` policy (checked by ``ocrstream api`` at submission and by
+    the agent at every delivery) and the webhook agent (``ocrstream webhooks``)."""
+
+    model_config = _frozen("OCRSTREAM_WEBHOOK_")
+
+    # No server-side request forgery: only https, to hosts whose every address is global.
+    allow_http: bool = False
+    # Networks a callback may reach although they are not global (loopback, private, link-local
+    # …), as JSON: '["127.0.0.0/8"]' for a receiver on this machine. Empty: none.
+    allowed_networks: tuple[str, ...] = ()
+    # The tenants' signing secrets (HMAC-SHA256 keys, readable: see ocrstream/api/secrets.py).
+    secrets_file: Path = Field(default_factory=lambda: default_home() / "webhook-secrets.json")
+    # CA certificates (a PEM file) that receivers' certificates are checked against instead of
+    # the system's: for receivers behind a private CA. None: the system's.
+    ca_bundle: Path | None = None
+    group: str = "ocrstream-webhooks"
+    concurrency: int = 8  # deliveries in flight at once
+    timeout_s: float = 10.0  # connect and read, per attempt
+    # Retries: attempt n waits min(backoff_max_s, backoff_s * 2**(n-1)), times a random factor
+    # in [1 - jitter, 1]; after window_s from the first attempt the delivery is dead-lettered.
+    backoff_s: float = 30.0
+    backoff_max_s: float = 3600.0
+    jitter: float = 0.5
+    window_s: float = 24 * 3600.0
+    max_pending: int = 100_000  # retries held in memory before the retry topic is paused
+    poll_timeout_ms: int = 200
+    drain_timeout_s: float = 30.0
+    session_timeout_ms: int = 10_000
+    metrics_port: int = 9105

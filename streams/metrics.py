@@ -214,6 +214,27 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.webhook_deliveries = Counter(
+            "webhook_deliveries",
+            "Webhook attempts by outcome: delivered, retry (handed to the retry topic), "
+            "dead_letter (refused for good or out of its window).",
+            ["outcome"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.webhook_delivery_seconds = Histogram(
+            "webhook_delivery_seconds",
+            "One webhook attempt: the callback check, the POST and the answer.",
+            buckets=STAGE_BUCKETS,
+            namespace=ns,
+            registry=reg,
+        )
+        self.webhook_pending_retries = Gauge(
+            "webhook_pending_retries",
+            "Webhook retries the agent holds, waiting for their due time.",
+            namespace=ns,
+            registry=reg,
+        )
 
 
 _process_metrics: Metrics | None = None

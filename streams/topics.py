@@ -27,6 +27,7 @@ DOCUMENTS = "ocr.documents.v1"
 DLQ = "ocr.dlq.v1"
 DLQ_REDRIVEN = "ocr.dlq.redriven.v1"
 PAGE_CACHE = "ocr.page-cache.v1"
+WEBHOOK_RETRY = "ocr.webhooks.retry.v1"
 
 DAY_MS = 24 * 60 * 60 * 1000
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -62,6 +63,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(DLQ, 3, "delete", 30 * DAY_MS),
     TopicSpec(DLQ_REDRIVEN, 1, "compact"),
     TopicSpec(PAGE_CACHE, 12, "compact"),
+    TopicSpec(WEBHOOK_RETRY, 6, "delete", 7 * DAY_MS),
 )
 SPECS: dict[str, TopicSpec] = {spec.name: spec for spec in TOPICS}
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -32,6 +33,7 @@ from ocrstream.api.book import DocumentBook
 from ocrstream.api.keys import KeyFile
 from ocrstream.client import OcrClient
 from ocrstream.errors import InvalidDocIdError, OcrstreamError, PoisonError, RetriableError
+from ocrstream.processors import webhook
 from ocrstream.processors.split import sniff
 from ocrstream.schemas.records import (
     DEFAULT_OUTPUTS,
@@ -40,7 +42,14 @@ from ocrstream.schemas.records import (
     ScanSubmitted,
     utc_now,
 )
-from ocrstream.settings import ApiSettings, KafkaSettings, LimitsSettings, ParseMode, S3Settings
+from ocrstream.settings import (
+    ApiSettings,
+    KafkaSettings,
+    LimitsSettings,
+    ParseMode,
+    S3Settings,
+    WebhookSettings,
+)
 from ocrstream.storage import ObjectNotFoundError, ObjectStore, validate_doc_id
 from ocrstream.storage.keys import DOCUMENT_FORMATS, parse_s3_uri
 from ocrstream.streams import topics
@@ -84,6 +93,7 @@ class SourceUri(BaseModel):
     outputs: list[str] = list(DEFAULT_OUTPUTS)
     priority: int = 0
     attributes: dict[str, str] = {}
+    callback_url: str | None = None
 
 
 def tenant_of(request: Request) -> str:
@@ -111,6 +121,9 @@ def _options(mode: str, outputs: list[str], priority: int, attributes: Any) -> t
         isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
     ):
         raise HTTPException(422, "attributes must be an object of strings")
+    if any(k.startswith(webhook.RESERVED_ATTRIBUTE_PREFIX) for k in attributes):
+        raise HTTPException(422, f"attribute names starting with "
+                                 f"{webhook.RESERVED_ATTRIBUTE_PREFIX!r} are reserved")  # fmt: skip
     if not -1000 <= priority <= 1000:
         raise HTTPException(422, "priority must be -1000..1000")
     return tuple(dict.fromkeys(outputs)), priority, attributes, mode
@@ -123,8 +136,11 @@ def create_app(
     limits: LimitsSettings,
     *,
     registry: CollectorRegistry | None = None,
+    webhooks: WebhookSettings | None = None,
 ) -> FastAPI:
     registry = registry if registry is not None else CollectorRegistry()
+    webhooks = webhooks if webhooks is not None else WebhookSettings()
+    callback_networks = webhook.networks(webhooks.allowed_networks)
     metrics = Metrics(registry)
     keys = KeyFile(api.keys_file)
     store = ObjectStore(s3)
@@ -168,6 +184,20 @@ def create_app(
             metrics.api_request_seconds.labels(route, str(status)).observe(
                 time.perf_counter() - started
             )
+
+    async def with_callback(options: tuple[Any, ...], url: str | None) -> tuple[Any, ...]:
+        """The options with the callback URL among the attributes, once it passed the SSRF
+        check (its host resolved, every address allowed); 422 saying why not."""
+        if not url:
+            return options
+        check = partial(webhook.check_callback_url, url, allow_http=webhooks.allow_http,
+                        allowed=callback_networks)  # fmt: skip
+        try:
+            await anyio.to_thread.run_sync(check)
+        except webhook.CallbackRefusedError as e:
+            raise HTTPException(422, f"callback_url refused: {e}") from e
+        outputs, priority, attributes, mode = options
+        return outputs, priority, {**attributes, webhook.CALLBACK_ATTRIBUTE: url}, mode
 
     def links(doc_id: str) -> dict[str, str]:
         return {"status_url": f"/v1/documents/{doc_id}",
@@ -217,13 +247,15 @@ def create_app(
                 "properties": {"file": {"type": "string", "format": "binary"},
                                "mode": {"type": "string"}, "outputs": {"type": "string"},
                                "priority": {"type": "integer"},
-                               "attributes": {"type": "string"}}}},
+                               "attributes": {"type": "string"},
+                               "callback_url": {"type": "string"}}}},
             "application/json": {"schema": SourceUri.model_json_schema()}}}},
     )  # fmt: skip
     async def submit(request: Request, tenant: Tenant) -> Accepted:
         """Submit a document: a multipart ``file`` (streamed to the store) or JSON
         ``{"source_uri": "s3://…"}``. ``outputs`` in a form is comma-separated, ``attributes``
-        a JSON object."""
+        a JSON object; ``callback_url`` gets the terminal event, signed (422 when it may not be
+        called: not https, or its host resolves to a loopback, private or reserved address)."""
         content_type = request.headers.get("content-type", "")
         doc_id = uuid.uuid4().hex
         if content_type.startswith("application/json"):
@@ -257,6 +289,7 @@ def create_app(
             outputs = [o.strip() for o in (fields.get("outputs") or ",".join(DEFAULT_OUTPUTS))
                        .split(",") if o.strip()]  # fmt: skip
             options = _options(fields.get("mode") or "text", outputs, priority, attributes)
+            options = await with_callback(options, fields.get("callback_url"))
         except HTTPException:
             await anyio.to_thread.run_sync(store.delete, stored.info.key)
             raise
@@ -269,6 +302,7 @@ def create_app(
         except ValueError as e:
             raise HTTPException(422, f"bad JSON body: {e}") from e
         options = _options(body.mode, body.outputs, body.priority, body.attributes)
+        options = await with_callback(options, body.callback_url)
         try:
             bucket, key = parse_s3_uri(body.source_uri)
         except OcrstreamError as e:

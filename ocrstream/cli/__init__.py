@@ -29,6 +29,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "api": ("ocrstream.cli.api", "api"),
     "dlq": ("ocrstream.cli.dlq", "dlq"),
     "reprocess": ("ocrstream.cli.reprocess", "reprocess"),
+    "webhooks": ("ocrstream.cli.agents", "webhooks"),
 }
 
 

@@ -1,4 +1,4 @@
-"""``ocrstream splitter|ocr-worker|assembler|lag-exporter|all``: the pipeline's processes.
+"""``ocrstream splitter|ocr-worker|assembler|lag-exporter|webhooks|all``: the pipeline's processes.
 
 Each agent reads its settings from the environment (``OCRSTREAM_…``), serves its Prometheus
 metrics, and stops cleanly on SIGTERM or Ctrl-C: in-flight work is finished and delivered and
@@ -153,6 +153,27 @@ def lag_exporter(metrics_port: int | None) -> None:
         reader.close()
 
 
+@click.command()
+@_PORT
+def webhooks(metrics_port: int | None) -> None:
+    """The webhook agent: each terminal event to its callback_url, signed, retried for hours."""
+    from ocrstream.api.webhook_secrets import SecretFile
+    from ocrstream.schemas.codec import Codec
+    from ocrstream.settings import KafkaSettings, WebhookSettings
+    from ocrstream.streams.metrics import process_metrics, serve
+    from ocrstream.streams.webhook_sender import Sender
+    from ocrstream.streams.webhooks import WebhookAgent
+
+    settings, kafka = WebhookSettings(), KafkaSettings()
+    serve(settings.metrics_port if metrics_port is None else metrics_port)
+    sender = Sender(settings, SecretFile(settings.secrets_file))
+    agent = WebhookAgent(kafka, settings, sender, Codec(kafka), process_metrics())
+    try:
+        agent.run(_stop_on_signals())
+    except OcrstreamError as e:
+        raise click.ClickException(f"{e.code}: {e}") from e
+
+
 @click.command("all")
 @click.option(
     "--workers",
@@ -162,12 +183,14 @@ def lag_exporter(metrics_port: int | None) -> None:
 )
 @click.option("--api", "with_api", is_flag=True, help="Run the HTTP API (ocrstream api) too.")
 def all_agents(workers: int | None, with_api: bool) -> None:
-    """Every agent under one supervisor that restarts the ones that crash."""
+    """Every agent (the webhook agent too) under one supervisor that restarts the ones that
+    crash."""
     from ocrstream.settings import SupervisorSettings
     from ocrstream.streams.supervisor import AgentSpec, Supervisor, default_agents
 
     settings = SupervisorSettings()
     specs = default_agents(settings.ocr_workers if workers is None else workers)
+    specs.append(AgentSpec("webhooks", ("webhooks",)))
     if with_api:
         specs.append(AgentSpec("api", ("api",)))
     supervisor = Supervisor(specs, settings)

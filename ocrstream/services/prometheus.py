@@ -31,6 +31,7 @@ METRICS_PORTS: dict[str, int] = {
     "assembler": 9102,
     "lag-exporter": 9103,
     "autoscaler": 9104,
+    "webhooks": 9105,
     "ocr-worker": 9110,
 }
 MAX_LOCAL_OCR_WORKERS = 10

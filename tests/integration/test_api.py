@@ -105,6 +105,7 @@ def start_api(kafka: KafkaSettings, bucket: str, tmp_path: Path, name: str = "ap
         "OCRSTREAM_TOPIC_PREFIX": kafka.topic_prefix,
         "OCRSTREAM_S3_BUCKET": bucket,
         "OCRSTREAM_API_KEYS_FILE": str(keys_file),
+        "OCRSTREAM_WEBHOOK_SECRETS_FILE": str(tmp_path / "webhook-secrets.json"),
         "OCRSTREAM_LIMIT_MAX_FILE_BYTES": str(LIMIT),
         **extra_env,
     }
