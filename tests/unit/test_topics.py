@@ -29,6 +29,7 @@ def test_table_is_the_design() -> None:
         "ocr.dlq.v1": (3, "delete", str(30 * DAY_MS)),
         "ocr.dlq.redriven.v1": (1, "compact", None),
         "ocr.page-cache.v1": (12, "compact", None),
+        "ocr.api-usage.v1": (1, "delete", str(2 * DAY_MS)),
     }
 
 
