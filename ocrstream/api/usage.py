@@ -142,6 +142,7 @@ class UsageLog:
                     ends = self._assign(consumer)
                 except KafkaException as e:
                     log.warning("api usage: cannot read %s yet: %s", self.topic, e)
+                    self._flush(producer)  # into the producer's bounded queue meanwhile
                     self._stop.wait(1.0)
             if ends is not None and not ends:
                 self.caught_up.set()

@@ -201,7 +201,7 @@ def test_pages_per_day_are_charged_when_documents_are_accepted(
     assert metric(b, "ocrstream_api_limited_total", limit=ppd, tenant="acme") == 1
     assert metric(a, "ocrstream_api_limited_total", limit=ppd, tenant="acme") == 2
     assert metric(b, "ocrstream_api_limited_total", limit=ppd, tenant="globex") == 1
-    assert sees(a, "globex", ppd, 3)
+    wait_until(lambda: sees(a, "globex", ppd, 3), 30, "replica a counting globex's pages")
 
 
 def multipart_pdf(data: bytes) -> tuple[bytes, str]:
