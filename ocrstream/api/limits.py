@@ -11,7 +11,8 @@ as it streams — disk, not memory — or on the ``source_uri`` object fetched t
 tenants that have a page quota. A document that does not open is charged one page (the
 splitter will fail it). An upload is refused before its body is read when the day's quota is
 already spent, and after it is stored (and then deleted) when its pages do not fit in what is
-left: the page count of a PDF is only known once it is whole.
+left: the page count of a PDF is only known once it is whole. (A document with more pages
+than the whole daily quota is refused every day: it has to be split, or the quota raised.)
 
 **Retry-After.** For requests: the seconds until enough of the window's oldest buckets have
 expired to let one more request in (exact for the usage this replica knows of; between 1 and
@@ -26,12 +27,14 @@ replicas; a new replica reads the day's records before it is ready (``/readyz``)
 
 **How far a burst can overshoot.** A replica decides on its own count plus what the others
 admitted more than the replication lag ago (flush interval + produce + fetch; measured as
-``ocrstream_api_usage_lag_seconds``: 0.1–0.3 s on this machine, see docs/benchmarks.md). So
+``ocrstream_api_usage_lag_seconds``: a mean of 0.07–0.11 s on the 2-core development VM
+under load, see docs/benchmarks.md). So
 the admitted total can exceed the limit by what the *other* replicas admit within that lag:
 at most (N−1) × (the per-replica request rate × lag), and never more than (N−1) × limit (each
 replica still stops at the limit on its own count). With two replicas sharing 100 requests/s of
-one tenant and 0.2 s of lag, that is about 10 requests over a minute's limit; a single replica
-never overshoots. Pages overshoot the same way, by the pages other replicas accept within the
+one tenant and 0.1 s of lag, that is about 5 requests over a minute's limit (measured: 7 and
+15 over a limit of 20 with 250 requests/s spread over two replicas); a single replica never
+overshoots. Pages overshoot the same way, by the pages other replicas accept within the
 lag. If Kafka is away, each replica limits on what it knows (its own admissions and what it had
 read), so the fleet can admit up to N × the limit until it comes back. Clocks are the replicas'
 own: a skew of s seconds moves a request's bucket by s (NTP keeps that far below a second).
