@@ -9,7 +9,8 @@ and S3 store (docs/architecture.md "HTTP API"; the design in ``ocrstream.api.lim
 - Pages per day: a document whose pages do not fit in what is left of the tenant's day is
   refused (429, ``Retry-After`` until midnight UTC) and not kept nor published, on the other
   replica too; what fits is accepted; another tenant has its own quota.
-- ``OCRSTREAM_API_OUTPUT_REDIRECT``: an output answers 307 to a presigned URL of the store
+- ``OCRSTREAM_API_OUTPUT_REDIRECT``: an output answers 307 to a presigned URL of the store,
+  on ``OCRSTREAM_API_PRESIGN_ENDPOINT`` when set (the store as clients reach it),
   (the minio SDK's presign, against versitygw) that serves the output's bytes without a key.
 """
 
@@ -243,6 +244,18 @@ def test_outputs_redirect_to_a_presigned_url_of_the_store(
     # an output not asked for, and another tenant's document: 404, never a URL
     assert head_request(api, f"/v1/documents/{accepted['doc_id']}/document.pdf", "acme")[0] == 404
     assert head_request(api, done["outputs"]["txt"], "globex")[0] == 404
+
+    # the store as clients reach it, under another name than the API's: signed for that host
+    public = start_api(topics, object_store.bucket, tmp_path / "public",
+                       OCRSTREAM_API_OUTPUT_REDIRECT="true",
+                       OCRSTREAM_API_PRESIGN_ENDPOINT="http://localhost:19000")  # fmt: skip
+    stop_after.append(public)
+    wait_ready(public)
+    status, headers = head_request(public, done["outputs"]["txt"], "acme")
+    assert status == 307
+    assert headers["location"].startswith(f"http://localhost:19000/{object_store.bucket}/")
+    with urllib.request.urlopen(headers["location"], timeout=30) as response:
+        assert response.read() == text
 
 
 def head_request(api: Api, path: str, tenant: str) -> tuple[int, dict[str, str]]:
