@@ -188,8 +188,10 @@ class Limiter:
 
     def add_remote(self, tenant: str, second: int, requests: int, pages: int) -> None:
         """Usage another replica admitted."""
+        # requests already out of the window (the day's records read at start) are not kept
+        window = requests if second > math.floor(self.clock()) - WINDOW_S else 0
         with self._lock:
-            self.ledger.add(tenant, second, requests, pages)
+            self.ledger.add(tenant, second, window, pages)
         self._counted(tenant, requests, pages)
 
     def _counted(self, tenant: str, requests: int, pages: int) -> None:

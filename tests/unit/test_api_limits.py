@@ -75,6 +75,7 @@ def test_a_burst_in_one_second_waits_the_whole_minute() -> None:
 def test_other_replicas_usage_counts_and_none_is_sent_back() -> None:
     clock = Clock(T0 + 100.0)
     lim, sink, _ = limiter(clock, requests_per_minute=10)
+    lim.add_remote("acme", int(T0) + 40, 50, 0)  # read back at start: out of the minute
     lim.add_remote("acme", int(T0) + 95, 9, 0)
     assert lim.admit_request("acme") is None
     refusal = lim.admit_request("acme")
