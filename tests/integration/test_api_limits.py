@@ -8,7 +8,8 @@ and S3 store (docs/architecture.md "HTTP API"; the design in ``ocrstream.api.lim
   design says; ``/metrics`` counts the refusals and the usage by tenant and limit.
 - Pages per day: a document whose pages do not fit in what is left of the tenant's day is
   refused (429, ``Retry-After`` until midnight UTC) and not kept nor published, on the other
-  replica too; what fits is accepted; another tenant has its own quota.
+  replica too; what fits is accepted; another tenant has its own quota; a replica started
+  later reads the day's usage before it is ready and refuses as the others do.
 - ``OCRSTREAM_API_OUTPUT_REDIRECT``: an output answers 307 to a presigned URL of the store,
   on ``OCRSTREAM_API_PRESIGN_ENDPOINT`` when set (the store as clients reach it),
   (the minio SDK's presign, against versitygw) that serves the output's bytes without a key.
@@ -203,6 +204,15 @@ def test_pages_per_day_are_charged_when_documents_are_accepted(
     assert metric(a, "ocrstream_api_limited_total", limit=ppd, tenant="acme") == 2
     assert metric(b, "ocrstream_api_limited_total", limit=ppd, tenant="globex") == 1
     wait_until(lambda: sees(a, "globex", ppd, 3), 30, "replica a counting globex's pages")
+
+    # a replica started now reads the day's usage before it is ready: it refuses at once
+    c = start_api(topics, object_store.bucket, tmp_path / "c", name="api-c",
+                  OCRSTREAM_API_PAGES_PER_DAY="5",
+                  OCRSTREAM_API_TENANT_LIMITS='{"globex": {"pages_per_day": 3}}')  # fmt: skip
+    stop_after.append(c)
+    assert wait_ready(c)["usage"] == "ok"
+    assert c.upload("acme", png(50, 20), "one.png")[0] == 429
+    assert c.upload("globex", png(50, 20), "one.png")[0] == 429
 
 
 def multipart_pdf(data: bytes) -> tuple[bytes, str]:
