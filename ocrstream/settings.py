@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr, field_serializer
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -369,6 +369,15 @@ class ScaleSettings(BaseSettings):
     metrics_port: int = 9104
 
 
+class TenantLimits(BaseModel):
+    """One tenant's own limits in ``OCRSTREAM_API_TENANT_LIMITS``; None keeps the default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    requests_per_minute: int | None = Field(default=None, ge=0)
+    pages_per_day: int | None = Field(default=None, ge=0)
+
+
 class ApiSettings(BaseSettings):
     """``ocrstream api``: the HTTP edge (docs/architecture.md "HTTP API").
 
@@ -387,6 +396,20 @@ class ApiSettings(BaseSettings):
     # The longest a Server-Sent Events stream stays open; the client reconnects with its
     # Last-Event-ID and goes on.
     events_max_s: float = 600.0
+    # ---- per-tenant limits and presigned outputs (ocrstream/api/limits.py, usage.py) ----
+    # Defaults for every tenant, 0 = no limit; per-tenant overrides as JSON:
+    # '{"acme": {"requests_per_minute": 600, "pages_per_day": 10000}}'. Counted across
+    # replicas on ocr.api-usage.v1; with no limit anywhere nothing is counted.
+    requests_per_minute: int = Field(default=0, ge=0)
+    pages_per_day: int = Field(default=0, ge=0)
+    tenant_limits: dict[str, TenantLimits] = Field(default_factory=dict)
+    usage_flush_ms: int = Field(default=100, ge=1)  # how often usage goes to the other replicas
+    # GET /v1/documents/{doc_id}/document.{fmt}: 307 to a presigned URL instead of streaming,
+    # valid for presign_expiry_s, on presign_endpoint (the store as clients reach it, e.g.
+    # "https://s3.example.com"; default the API's own OCRSTREAM_S3_ENDPOINT).
+    output_redirect: bool = False
+    presign_expiry_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
+    presign_endpoint: str | None = None
 
 
 class WebhookSettings(BaseSettings):

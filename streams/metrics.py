@@ -235,6 +235,30 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        # ---- the HTTP API's per-tenant limits (ocrstream.api.limits) ----
+        self.api_limited = Counter(
+            "api_limited",
+            "HTTP API requests answered 429, by tenant and limit (requests_per_minute, "
+            "pages_per_day).",
+            ["tenant", "limit"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.api_usage = Counter(
+            "api_usage",
+            "Usage this API replica counted against the limits, its own and the other replicas' "
+            "(requests, pages), by tenant and limit.",
+            ["tenant", "limit"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.api_usage_lag_seconds = Histogram(
+            "api_usage_lag_seconds",
+            "From another replica admitting usage to this one counting it (ocr.api-usage.v1).",
+            buckets=STAGE_BUCKETS,
+            namespace=ns,
+            registry=reg,
+        )
 
 
 _process_metrics: Metrics | None = None

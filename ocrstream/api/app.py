@@ -11,18 +11,21 @@ import contextlib
 import json
 import logging
 import re
+import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from minio.error import S3Error
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
@@ -31,6 +34,8 @@ from urllib3.exceptions import HTTPError
 from ocrstream.api import events, upload
 from ocrstream.api.book import DocumentBook
 from ocrstream.api.keys import KeyFile
+from ocrstream.api.limits import Limiter, Refusal, count_pages
+from ocrstream.api.usage import UsageLog
 from ocrstream.client import OcrClient
 from ocrstream.errors import InvalidDocIdError, OcrstreamError, PoisonError, RetriableError
 from ocrstream.processors import webhook
@@ -106,7 +111,17 @@ def tenant_of(request: Request) -> str:
         raise HTTPException(401, "a valid API key is needed: Authorization: Bearer KEY",
                             headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
     request.state.tenant = tenant
+    limiter: Limiter = request.app.state.limiter
+    refusal = limiter.admit_request(tenant)
+    if refusal is not None:
+        raise too_many(refusal)
     return tenant
+
+
+def too_many(refusal: Refusal) -> HTTPException:
+    """429 with when to come back (whole seconds)."""
+    return HTTPException(429, f"{refusal.limit}: {refusal.detail}",
+                         headers={"Retry-After": str(refusal.retry_after_s)})  # fmt: skip
 
 
 Tenant = Annotated[str, Depends(tenant_of)]
@@ -146,14 +161,32 @@ def create_app(
     store = ObjectStore(s3)
     client = OcrClient(kafka, s3, limits=limits)
     book = DocumentBook(kafka, client.codec)
+    limiter = Limiter(
+        api,
+        on_refusal=lambda tenant, limit: metrics.api_limited.labels(tenant, limit).inc(),
+        on_usage=lambda tenant, limit, n: metrics.api_usage.labels(tenant, limit).inc(n),
+    )  # fmt: skip
+    usage = None
+    if limiter.enabled:
+        usage = UsageLog(kafka, limiter.add_remote, api.usage_flush_ms,
+                         on_lag=metrics.api_usage_lag_seconds.observe)  # fmt: skip
+        limiter.sink = usage
+    mupdf = threading.Lock()  # MuPDF counts the pages of one document at a time
+    presigner = store
+    if api.presign_endpoint:
+        presigner = ObjectStore(s3.model_copy(update={"endpoint": api.presign_endpoint}))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         book.start()
+        if usage is not None:
+            usage.start()
         try:
             yield
         finally:
             book.close()
+            if usage is not None:
+                await anyio.to_thread.run_sync(usage.close)
             await anyio.to_thread.run_sync(client.close)
 
     app = FastAPI(
@@ -161,6 +194,7 @@ def create_app(
         lifespan=lifespan,
     )  # fmt: skip
     app.state.keys = keys
+    app.state.limiter = limiter
 
     @app.exception_handler(RetriableError)
     async def unavailable(_request: Request, e: RetriableError) -> JSONResponse:
@@ -240,6 +274,16 @@ def create_app(
         log.info("accepted %s for tenant %s (%d bytes, %s)", doc_id, tenant, size, media_type)
         return Accepted(doc_id=doc_id, **links(doc_id))
 
+    async def charge(tenant: str, path: Path, stored_key: str | None) -> None:
+        """Charge the pages of the document in ``path`` to the tenant's day, or answer 429 (and
+        delete ``stored_key``, the upload that does not fit)."""
+        pages = await anyio.to_thread.run_sync(count_pages, path, limits, mupdf)
+        refusal = limiter.charge_pages(tenant, pages)
+        if refusal is not None:
+            if stored_key is not None:
+                await anyio.to_thread.run_sync(store.delete, stored_key)
+            raise too_many(refusal)
+
     @app.post(
         "/v1/documents", status_code=202, response_model=Accepted,
         openapi_extra={"requestBody": {"content": {
@@ -258,8 +302,11 @@ def create_app(
         called: not https, or its host resolves to a loopback, private or reserved address)."""
         content_type = request.headers.get("content-type", "")
         doc_id = uuid.uuid4().hex
+        counting = limiter.counts_pages(tenant)
+        if counting and (refusal := limiter.pages_left(tenant)) is not None:
+            raise too_many(refusal)  # before a byte of the body is read
         if content_type.startswith("application/json"):
-            return await submit_uri(request, tenant, doc_id)
+            return await submit_uri(request, tenant, doc_id, counting)
         if not content_type.startswith("multipart/form-data"):
             raise HTTPException(415, "send multipart/form-data with a file, or JSON")
         declared = request.headers.get("content-length")
@@ -269,16 +316,27 @@ def create_app(
                         if "=" in p).get("boundary", "").strip('"')  # fmt: skip
         if not boundary:
             raise HTTPException(400, "multipart/form-data without a boundary")
-        try:
-            stored = await upload.receive(
-                request.stream(), boundary.encode(), store, doc_id,
-                max_bytes=limits.max_file_bytes, queue_chunks=api.upload_queue_chunks,
-                metadata={"tenant": tenant},
-            )  # fmt: skip
-        except upload.UploadError as e:
-            raise HTTPException(e.status, e.detail) from e
-        except OcrstreamError as e:
-            raise HTTPException(503, f"the store refused the upload: {e}") from e
+        with contextlib.ExitStack() as cleanup:
+            spool = (cleanup.enter_context(tempfile.NamedTemporaryFile(prefix="ocrstream-api-"))
+                     if counting else None)  # fmt: skip
+            try:
+                stored = await upload.receive(
+                    request.stream(), boundary.encode(), store, doc_id,
+                    max_bytes=limits.max_file_bytes, queue_chunks=api.upload_queue_chunks,
+                    metadata={"tenant": tenant}, spool=spool,
+                )  # fmt: skip
+            except upload.UploadError as e:
+                raise HTTPException(e.status, e.detail) from e
+            except OcrstreamError as e:
+                raise HTTPException(503, f"the store refused the upload: {e}") from e
+            options = await form_options(stored)
+            if spool is not None:
+                await anyio.to_thread.run_sync(spool.flush)
+                await charge(tenant, Path(spool.name), stored.info.key)
+        return await publish(doc_id, tenant, ScanSource(uri=stored.info.uri), stored.media_type,
+                             stored.sha256, stored.size, options, stored.filename)  # fmt: skip
+
+    async def form_options(stored: upload.Stored) -> tuple[Any, ...]:
         fields = stored.fields
         try:  # the fields may follow the file in the form: checked once it is stored
             try:
@@ -293,10 +351,9 @@ def create_app(
         except HTTPException:
             await anyio.to_thread.run_sync(store.delete, stored.info.key)
             raise
-        return await publish(doc_id, tenant, ScanSource(uri=stored.info.uri), stored.media_type,
-                             stored.sha256, stored.size, options, stored.filename)  # fmt: skip
+        return options
 
-    async def submit_uri(request: Request, tenant: str, doc_id: str) -> Accepted:
+    async def submit_uri(request: Request, tenant: str, doc_id: str, counting: bool) -> Accepted:
         try:
             body = SourceUri.model_validate(await request.json())
         except ValueError as e:
@@ -329,6 +386,12 @@ def create_app(
         media_type = sniff(head)
         if media_type is None:
             raise HTTPException(415, "not a PDF or an image the splitter reads")
+        if counting:  # its pages, counted in a copy (the object is not ours to delete)
+            with tempfile.TemporaryDirectory(prefix="ocrstream-api-") as tmp:
+                copy = Path(tmp) / "source"
+                await anyio.to_thread.run_sync(lambda: store.get_to_file(
+                    key, copy, bucket=bucket, max_bytes=limits.max_file_bytes))  # fmt: skip
+                await charge(tenant, copy, None)
         # The sha256 of a referenced object is not read here (that would mean fetching all of
         # it); the splitter does not need it.
         return await publish(doc_id, tenant, ScanSource(uri=body.source_uri), media_type, "",
@@ -410,13 +473,28 @@ def create_app(
                                           "X-Accel-Buffering": "no"})  # fmt: skip
 
     @app.get("/v1/documents/{doc_id}/document.{fmt}", response_class=StreamingResponse,
-             responses={200: {"content": {"application/octet-stream": {}}}})  # fmt: skip
-    async def output(doc_id: str, fmt: str, tenant: Tenant) -> StreamingResponse:
-        """One output of a finished document, streamed from the store."""
+             responses={200: {"content": {"application/octet-stream": {}}},
+                        307: {"description": "a presigned URL of the output in the store "
+                                             "(OCRSTREAM_API_OUTPUT_REDIRECT)"}})  # fmt: skip
+    async def output(doc_id: str, fmt: str, tenant: Tenant) -> Response:
+        """One output of a finished document, streamed from the store, or a redirect to a
+        presigned URL of it when the API is configured so."""
         if fmt not in DOCUMENT_FORMATS:
             raise HTTPException(404, "no such output")
         await anyio.to_thread.run_sync(submission, doc_id, tenant)
         key = store.keys.document(doc_id, fmt)
+        if api.output_redirect:
+
+            def sign() -> str:
+                store.stat(key)  # 404 until it exists, as when streamed
+                expires = timedelta(seconds=api.presign_expiry_s)
+                return presigner.presigned_get_url(key, expires=expires)
+
+            try:
+                url = await anyio.to_thread.run_sync(sign)
+            except ObjectNotFoundError as e:
+                raise HTTPException(404, "no such output (yet)") from e
+            return RedirectResponse(url, status_code=307, headers={"Cache-Control": "no-store"})
         opened = contextlib.ExitStack()
         try:
             reader = await anyio.to_thread.run_sync(
@@ -430,7 +508,7 @@ def create_app(
                     yield data
 
         media = {"json": "application/json", "txt": "text/plain; charset=utf-8",
-                 "pdf": "application/pdf"}[fmt]  # fmt: skip
+                 "pdf": "application/pdf", "md": "text/markdown; charset=utf-8"}[fmt]  # fmt: skip
         return StreamingResponse(chunks(), media_type=media, headers={
             "Content-Disposition": f'attachment; filename="{doc_id}.{fmt}"'})  # fmt: skip
 
@@ -467,6 +545,8 @@ def create_app(
             except (S3Error, HTTPError, OSError) as e:
                 found["store"] = f"unreachable: {e}"
             found["documents"] = "ok" if book.caught_up.is_set() else "catching up"
+            if usage is not None:
+                found["usage"] = "ok" if usage.caught_up.is_set() else "catching up"
             return found
 
         checks = await anyio.to_thread.run_sync(check)

@@ -188,8 +188,10 @@ async def receive(
     max_bytes: int,
     queue_chunks: int,
     metadata: Mapping[str, str],
+    spool: IO[bytes] | None = None,
 ) -> Stored:
-    """Stream the ``file`` part of ``body`` to ``scans/{doc_id}/source.{ext}``."""
+    """Stream the ``file`` part of ``body`` to ``scans/{doc_id}/source.{ext}`` (and, when
+    given, to ``spool`` too: a temporary file the API counts the pages in)."""
     form = FormStream(boundary)
     head = bytearray()
     sha, size = hashlib.sha256(), 0
@@ -199,6 +201,8 @@ async def receive(
 
     async def put(item: bytes | BaseException | None) -> None:
         assert pipe is not None
+        if spool is not None and isinstance(item, bytes):
+            await anyio.to_thread.run_sync(spool.write, item)
         await anyio.to_thread.run_sync(pipe.put, item)
 
     def start() -> None:

@@ -1,4 +1,4 @@
-"""``ocrstream bench engine|pipeline``: benchmarks (see docs/benchmarks.md for results).
+"""``ocrstream bench engine|pipeline|api``: benchmarks (see docs/benchmarks.md for results).
 
 ``engine`` lives here; ``pipeline`` is added by the pipeline benchmark
 (``ocrstream.bench.pipeline``) and imported only when it is run.
@@ -25,6 +25,8 @@ class _BenchGroup(click.Group):
         # ---- the pipeline benchmark plugs in here: a click command ``pipeline`` in
         # ocrstream/bench/pipeline.py (written with the pipeline). ----------------------------
         "pipeline": ("ocrstream.bench.pipeline", "pipeline"),
+        # the HTTP API's load and memory measurement (ocrstream/bench/api.py)
+        "api": ("ocrstream.bench.api", "api"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -47,7 +49,7 @@ class _BenchGroup(click.Group):
 
 @click.group(cls=_BenchGroup)
 def bench() -> None:
-    """Benchmarks: the OCR engine alone, or the whole Kafka pipeline."""
+    """Benchmarks: the OCR engine alone, the whole Kafka pipeline, or the HTTP API."""
 
 
 @bench.command()

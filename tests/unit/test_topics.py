@@ -30,6 +30,7 @@ def test_table_is_the_design() -> None:
         "ocr.dlq.redriven.v1": (1, "compact", None),
         "ocr.page-cache.v1": (12, "compact", None),
         "ocr.webhooks.retry.v1": (6, "delete", str(7 * DAY_MS)),
+        "ocr.api-usage.v1": (1, "delete", str(2 * DAY_MS)),
     }
 
 
