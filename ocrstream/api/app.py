@@ -447,7 +447,7 @@ def create_app(
                     yield data
 
         media = {"json": "application/json", "txt": "text/plain; charset=utf-8",
-                 "pdf": "application/pdf"}[fmt]  # fmt: skip
+                 "pdf": "application/pdf", "md": "text/markdown; charset=utf-8"}[fmt]  # fmt: skip
         return StreamingResponse(chunks(), media_type=media, headers={
             "Content-Disposition": f'attachment; filename="{doc_id}.{fmt}"'})  # fmt: skip
 

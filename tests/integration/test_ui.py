@@ -16,6 +16,7 @@ Set ``OCRSTREAM_UI_SCREENSHOTS=docs/img`` to refresh the screenshots in the docs
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import urllib.request
@@ -103,6 +104,8 @@ def test_upload_watch_and_view_a_document_in_the_browser(
 ) -> None:
     pdf = tmp_path / "quarterly-report.pdf"
     pdf.write_bytes(born_digital_pdf())
+    scan = tmp_path / "scanned-letter.pdf"  # 3 pages for the fake OCR engine (text mode only)
+    scan.write_bytes(harness.fake_doc(1, 3).data)
     with harness.stack(topics, object_store.bucket, tmp_path) as make:
         pipeline, _witness = make()
         pipeline.start()
@@ -127,12 +130,17 @@ def test_upload_watch_and_view_a_document_in_the_browser(
         page.click("#sign-in-form button[type=submit]")
         page.wait_for_selector("#documents:not([hidden])")
 
-        # upload in layout mode, answered from the PDF's own text layer
+        # a scan in text mode, then the PDF in layout mode, answered from its own text layer
+        rows = page.locator("#document-rows tr")
+        page.set_input_files("#files", str(scan))
+        scanned = rows.filter(has=page.locator("td.name", has_text="scanned-letter.pdf"))
+        scanned.wait_for()
         page.check("input[name=mode][value=layout]")
         page.check("#text-layer")
         page.set_input_files("#files", str(pdf))
-        row = page.locator("#document-rows tr").first
-        row.locator("td.name", has_text="quarterly-report.pdf").wait_for()
+        row = rows.filter(has=page.locator("td.name", has_text="quarterly-report.pdf"))
+        row.wait_for()
+        assert rows.first.get_attribute("data-doc-id") == row.get_attribute("data-doc-id")
         doc_id = row.get_attribute("data-doc-id")
         assert doc_id
         # watched live: the event stream opened with a token, the key in no URL
@@ -142,6 +150,8 @@ def test_upload_watch_and_view_a_document_in_the_browser(
         progress = row.locator("progress")
         assert progress.get_attribute("max") == progress.evaluate("p => String(p.value)") == "2"
         assert row.locator(".pages").text_content() == "2 / 2 pages"
+        scanned.locator("td.state", has_text="completed").wait_for()
+        assert scanned.locator(".pages").text_content() == "3 / 3 pages"
         assert not [u for u in urls if api.keys["acme"] in u]
         screenshot(page, tmp_path, "ui-documents.png")
 
@@ -199,9 +209,16 @@ def test_upload_watch_and_view_a_document_in_the_browser(
         buttons = page.locator("#downloads button").all_text_contents()
         assert sorted(buttons) == sorted(f"document.{fmt}" for fmt in outputs)
         assert "md" in outputs  # layout mode
-        with page.expect_download() as download:
-            page.click("#downloads button:text-is('document.txt')")
-        assert HOSTILE in Path(download.value.path()).read_text()
+        saved = {}
+        for fmt in outputs:
+            with page.expect_download() as download:
+                page.click(f"#downloads button:text-is('document.{fmt}')")
+            saved[fmt] = Path(download.value.path()).read_bytes()
+            assert download.value.suggested_filename == f"quarterly-report.pdf.{fmt}"
+        assert HOSTILE in saved["txt"].decode()
+        assert "Quarterly report to the archive board" in saved["md"].decode()
+        assert json.loads(saved["json"]) == document
+        assert saved["pdf"].startswith(b"%PDF-")
 
         assert not dialogs, dialogs
         assert not errors, errors
