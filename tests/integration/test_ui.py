@@ -9,7 +9,9 @@ clicking a line highlights its box and the other way round, searching finds a li
 blocks are drawn, and the downloads are there. The PDF has a text layer and is uploaded with
 "answer from a PDF's own text layer", so its lines — one of them ``<img src=x onerror=alert(1)>``
 — come through the pipeline exactly as written (no OCR guesswork, nothing injected): the line
-shows as text, and no dialog ever opens.
+shows as text, no dialog ever opens, and the browser itself refuses a string written as markup
+(the Content-Security-Policy requires Trusted Types). A second test ends the event streams and
+expires their tokens every few seconds: the list still follows a slow document live to the end.
 
 Set ``OCRSTREAM_UI_SCREENSHOTS=docs/img`` to refresh the screenshots in the docs.
 """
@@ -116,6 +118,8 @@ def test_upload_watch_and_view_a_document_in_the_browser(
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error"
+                and not m.text.startswith("Failed to load resource") else None)  # fmt: skip
         urls: list[str] = []
         page.on("request", lambda r: urls.append(r.url))
         page.set_default_timeout(90_000)
@@ -222,11 +226,69 @@ def test_upload_watch_and_view_a_document_in_the_browser(
 
         assert not dialogs, dialogs
         assert not errors, errors
+        # the browser enforces the policy: a string written as markup is refused
+        refused = page.evaluate("""() => {
+            try { document.getElementById('lines').innerHTML = '<b>x</b>'; return 'written'; }
+            catch (e) { return e.name; } }""")
+        assert refused == "TypeError"
+        assert page.locator("#lines b").count() == 0
         context.close()
 
         # the routes behind it: another tenant gets 404 for the page image as for a missing
         # document; a token opens only its own document's events
         check_routes(api, doc_id)
+
+
+def test_progress_goes_on_live_when_the_stream_ends_and_its_token_has_expired(
+    browser: Any, topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """Streams that end every 2 s and tokens that expire after 1 s: the browser's own reconnect
+    is refused (401), and the UI opens the stream again with a new token, going on after the
+    last event it saw, until the document is done — a page every few seconds."""
+    api = start_api(topics, object_store.bucket, tmp_path, OCRSTREAM_API_EVENTS_MAX_S="2",
+                    OCRSTREAM_API_EVENTS_TOKEN_TTL_S="1")  # fmt: skip
+    try:
+        wait_ready(api)
+        slow = {"OCRSTREAM_WORKER_MAX_BATCH": "1", "OCRSTREAM_FAKE_ENGINE_BATCH_DELAY_S": "3"}
+        with harness.stack(topics, object_store.bucket, tmp_path) as make:
+            pipeline, _witness = make(env=slow)
+            pipeline.start()
+            scan = tmp_path / "slow-scan.pdf"
+            scan.write_bytes(harness.fake_doc(2, 4).data)
+            context = browser.new_context()
+            page = context.new_page()
+            page.set_default_timeout(90_000)
+            urls: list[str] = []
+            page.on("request", lambda r: urls.append(r.url))
+            page.goto(api.url + "/")
+            page.fill("#api-key", api.keys["acme"])
+            page.click("#sign-in-form button[type=submit]")
+            page.wait_for_selector("#documents:not([hidden])")
+            page.set_input_files("#files", str(scan))
+            row = page.locator("#document-rows tr").first
+            row.locator("td.name", has_text="slow-scan.pdf").wait_for()
+            doc_id = row.get_attribute("data-doc-id")
+            seen: set[str] = set()
+
+            def done() -> bool:
+                seen.add(row.locator(".pages").text_content() or "")
+                return row.locator("td.state").text_content() == "completed"
+
+            wait_until(done, 120, "the slow scan completed in the list", interval_s=0.2)
+            context.close()
+        assert row_pages_seen_live(seen), seen
+        tokens = [u for u in urls if u.endswith(f"/v1/documents/{doc_id}/events/token")]
+        resumed = [u for u in urls if f"/v1/documents/{doc_id}/events?token=" in u
+                   and "&last_event_id=r" in u]  # fmt: skip
+        assert len(tokens) >= 2, urls
+        assert resumed, urls
+    finally:
+        stop_api(api)
+
+
+def row_pages_seen_live(seen: set[str]) -> bool:
+    """Some page counts between none and all of the four were shown on the way."""
+    return bool(seen & {"1 / 4 pages", "2 / 4 pages", "3 / 4 pages"}) and "4 / 4 pages" in seen
 
 
 def check_routes(api: Api, doc_id: str) -> None:
