@@ -295,6 +295,9 @@ def check_routes(api: Api, doc_id: str) -> None:
     mine = api.request("GET", f"/v1/documents/{doc_id}/pages/1.jpg", tenant="acme")
     assert mine[0] == 200
     assert mine[2]["content-type"] == "image/jpeg"
+    # asked for again (the browser viewed it first): rendered once, then read from the store
+    renders = api.log.read_text().count(f"rendered the viewer image of {doc_id} page 1 ")
+    assert renders == 1
     missing = api.request("GET", "/v1/documents/0123456789abcdef/pages/1.jpg", tenant="globex")
     other = api.request("GET", f"/v1/documents/{doc_id}/pages/1.jpg", tenant="globex")
     assert missing[0] == 404
