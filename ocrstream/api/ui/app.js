@@ -203,7 +203,7 @@ function watchAll() {
   const waiting = [...rows.values()].filter((e) => !TERMINAL.has(e.doc.status));
   for (const { doc } of waiting) {
     if (streams.size >= MAX_STREAMS) break;
-    if (!streams.has(doc.doc_id)) openStream(doc.doc_id, null);
+    if (!streams.has(doc.doc_id)) openStream(doc.doc_id, null).catch(report);
   }
   clearTimeout(refreshTimer);
   if (waiting.length && !$("documents").hidden) {
@@ -257,7 +257,7 @@ async function openStream(docId, lastId) {
       if (rows.has(docId) && !TERMINAL.has(rows.get(docId).doc.status)) {
         openStream(docId, entry.lastId).catch(report);
       }
-    }, 2000);
+    }, 1000);
   });
 }
 
@@ -330,7 +330,7 @@ const view = {
 async function openViewer(docId, pageNo) {
   show("viewer");
   $("viewer-title").textContent = title(docId);
-  if (view.docId !== docId) {
+  if (view.docId !== docId || !view.document) { // not loaded yet, or not finished last time
     view.docId = docId;
     view.document = null;
     $("search").value = "";
