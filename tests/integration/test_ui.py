@@ -11,13 +11,15 @@ blocks are drawn, and the downloads are there. The PDF has a text layer and is u
 — come through the pipeline exactly as written (no OCR guesswork, nothing injected): the line
 shows as text, no dialog ever opens, and the browser itself refuses a string written as markup
 (the Content-Security-Policy requires Trusted Types). A second test ends the event streams and
-expires their tokens every few seconds: the list still follows a slow document live to the end.
+expires their tokens every few seconds: the list still follows a slow document (dropped on the
+drop zone) live to the end. A third renders page images on the store without the pipeline.
 
 Set ``OCRSTREAM_UI_SCREENSHOTS=docs/img`` to refresh the screenshots in the docs.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -28,15 +30,15 @@ from typing import Any
 
 import pymupdf
 import pytest
+from PIL import Image
 
-from ocrstream.settings import KafkaSettings
+from ocrstream.api.viewer import NoPageImage, PageImages
+from ocrstream.settings import KafkaSettings, LimitsSettings
 from ocrstream.storage import ObjectStore
 from tests.integration import harness
 from tests.integration.harness import REPO
 from tests.integration.test_api import Api, read_events, start_api, stop_api, wait_ready
 from tests.polling import wait_until
-
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -74,7 +76,8 @@ def chromium() -> str:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    with playwright.sync_playwright() as p:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+    with sync_api.sync_playwright() as p:
         launched = p.chromium.launch(executable_path=chromium(), headless=True,
                                      args=CHROMIUM_ARGS)  # fmt: skip
         try:
@@ -253,8 +256,7 @@ def test_progress_goes_on_live_when_the_stream_ends_and_its_token_has_expired(
         with harness.stack(topics, object_store.bucket, tmp_path) as make:
             pipeline, _witness = make(env=slow)
             pipeline.start()
-            scan = tmp_path / "slow-scan.pdf"
-            scan.write_bytes(harness.fake_doc(2, 5).data)
+            scan = harness.fake_doc(2, 5).data
             context = browser.new_context()
             page = context.new_page()
             page.set_default_timeout(90_000)
@@ -264,7 +266,13 @@ def test_progress_goes_on_live_when_the_stream_ends_and_its_token_has_expired(
             page.fill("#api-key", api.keys["acme"])
             page.click("#sign-in-form button[type=submit]")
             page.wait_for_selector("#documents:not([hidden])")
-            page.set_input_files("#files", str(scan))
+            # dropped on the drop zone this time
+            dropped = page.evaluate_handle("""bytes => {
+                const files = new DataTransfer();
+                files.items.add(new File([new Uint8Array(bytes)], "slow-scan.pdf",
+                                         {type: "application/pdf"}));
+                return files; }""", list(scan))  # fmt: skip
+            page.dispatch_event("#drop", "drop", {"dataTransfer": dropped})
             row = page.locator("#document-rows tr").first
             row.locator("td.name", has_text="slow-scan.pdf").wait_for()
             doc_id = row.get_attribute("data-doc-id")
@@ -289,6 +297,43 @@ def test_progress_goes_on_live_when_the_stream_ends_and_its_token_has_expired(
 def row_pages_seen_live(seen: set[str]) -> bool:
     """Some page counts between none and all of the five were shown on the way."""
     return bool(seen & {f"{n} / 5 pages" for n in range(1, 5)}) and "5 / 5 pages" in seen
+
+
+def test_a_page_image_is_rendered_once_from_the_source_turned_as_the_engine_read_it(
+    object_store: ObjectStore,
+) -> None:
+    """The viewer's page images on the real store, without the pipeline: nothing before the
+    document is finished; then page 2 rendered from the source, turned by its rotation, and
+    stored — asked for again after the source is gone, it still comes, from the store."""
+    doc = pymupdf.open()
+    for width in (300, 400):
+        page = doc.new_page(width=width, height=200)
+        page.draw_rect(pymupdf.Rect(0, 0, 50, 50), color=(0, 0, 0), fill=(0, 0, 0))
+    source = object_store.keys.source("doc-7", "pdf")
+    object_store.put_bytes(source, doc.tobytes())
+    record = {"source": object_store.uri(source), "content_type": "application/pdf"}
+    images = PageImages(object_store, LimitsSettings(), max_side=200, dpi=72)
+    with pytest.raises(NoPageImage, match="not finished"):
+        images.get("doc-7", 2, record)
+
+    pages = [{"page_no": 1, "status": "failed", "width": 0, "height": 0, "rotation": 0,
+              "lines": []},
+             {"page_no": 2, "status": "ok", "width": 200, "height": 400, "rotation": 90,
+              "lines": []}]  # fmt: skip
+    object_store.put_bytes(object_store.keys.document("doc-7", "json"),
+                           json.dumps({"doc_id": "doc-7", "pages": pages}).encode())  # fmt: skip
+    with pytest.raises(NoPageImage, match="not read"):
+        images.get("doc-7", 1, record)
+    with pytest.raises(NoPageImage, match="not read"):
+        images.get("doc-7", 3, record)
+    first = images.get("doc-7", 2, record)
+    with Image.open(io.BytesIO(first)) as im:
+        assert im.size == (100, 200)  # 400 x 200 pt at 72 dpi, turned a quarter, at most 200
+        assert im.convert("L").getpixel((90, 10)) < 80  # the black corner went top-right
+    assert object_store.get_bytes(object_store.keys.viewer_page("doc-7", 2)) == first
+
+    object_store.delete(source)
+    assert images.get("doc-7", 2, record) == first
 
 
 def check_routes(api: Api, doc_id: str) -> None:
