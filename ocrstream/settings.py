@@ -410,6 +410,15 @@ class ApiSettings(BaseSettings):
     output_redirect: bool = False
     presign_expiry_s: int = Field(default=300, ge=1, le=7 * 24 * 3600)
     presign_endpoint: str | None = None
+    # The web UI's event-stream tokens (ocrstream/api/tokens.py): EventSource sends no
+    # Authorization header, so it gets a short-lived token signed with this secret instead.
+    # Every replica behind one load balancer needs the same one; empty: a random one per process.
+    token_secret: SecretStr = SecretStr("")
+    events_token_ttl_s: float = 300.0
+    # The viewer's page images (ocrstream/api/viewer.py): longest side in pixels, and the DPI
+    # a PDF page is rendered at before it is scaled down to that.
+    viewer_max_side: int = 1600
+    viewer_dpi: int = 150
 
 
 class WebhookSettings(BaseSettings):

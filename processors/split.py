@@ -36,7 +36,7 @@ from ocrstream.processors.split_types import Source, SplitPage, over_limit, unre
 from ocrstream.processors.textlayer import DEFAULT_POLICY, TextLayerPolicy
 from ocrstream.settings import LimitsSettings
 
-__all__ = ["MEDIA_TYPES", "ReasonCode", "SplitPage", "iter_pages", "probe", "sniff"]
+__all__ = ["MEDIA_TYPES", "ReasonCode", "SplitPage", "iter_pages", "one_page", "probe", "sniff"]
 
 PDF = "application/pdf"
 #: The media types accepted as documents.
@@ -151,3 +151,23 @@ def iter_pages(
             yield from doc.pages(dpi, use_text_layer)
         else:
             yield from doc.pages()
+
+
+def one_page(
+    source: Source,
+    content_type: str | None,
+    limits: LimitsSettings,
+    page_no: int,
+    dpi: int = 300,
+) -> SplitPage:
+    """Page ``page_no`` (from 1) alone, as :func:`iter_pages` yields it (no text layer): the
+    document-level checks run first; a number past the last page raises ``IndexError``."""
+    if dpi <= 0:
+        raise ValueError(f"dpi must be positive, not {dpi}")
+    doc = _open(source, content_type, limits, DEFAULT_POLICY)
+    with closing(doc):
+        if not 1 <= page_no <= doc.page_count:
+            raise IndexError(f"page {page_no} of a document of {doc.page_count} pages")
+        if isinstance(doc, PdfDocument):
+            return doc.page(page_no - 1, dpi, False)
+        return doc.page(page_no - 1)

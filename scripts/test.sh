@@ -20,6 +20,16 @@ $BIN/ruff check $SOURCES
 $BIN/ruff format --check $SOURCES
 echo "== mypy"
 $BIN/mypy
+echo "== browser"
+# The web UI's tests (tests/integration/test_ui.py) drive Debian's chromium through Playwright
+# (Playwright's own browser download is not reachable): installed once, skipped when present.
+if [ ! -x /usr/bin/chromium ] && [ ! -x /usr/lib/chromium/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  else
+    echo "no chromium: the browser tests will be skipped (sudo apt-get install chromium)"
+  fi
+fi
 echo "== services"
 $BIN/ocrstream infra up
 echo "== pytest"

@@ -8,6 +8,7 @@ docs/architecture.md ("Storage").
     {prefix}tenants/{tenant}/documents/{10^13 - ms}-{doc_id}   a tenant's documents, newest first
     {prefix}pages/{doc_id}/{page_no:05d}.{ext}   claim-check for big page images (expires)
     {prefix}documents/{doc_id}/document.{json,txt,pdf}
+    {prefix}documents/{doc_id}/viewer/{page_no:05d}.jpg   the web UI's page image, made once
 
 Keys are pure functions of their inputs, so a replay overwrites instead of duplicating. A
 doc_id is the only part that comes from outside, and it is validated before it becomes a key.
@@ -116,6 +117,12 @@ class Keys:
         if fmt not in DOCUMENT_FORMATS:
             raise ValueError(f"document format must be one of {DOCUMENT_FORMATS}, got {fmt!r}")
         return f"{self.prefix}documents/{validate_doc_id(doc_id)}/document.{fmt}"
+
+    def viewer_page(self, doc_id: str, page_no: int) -> str:
+        """The web UI's image of a page, rendered from the source on its first view."""
+        if not 1 <= page_no <= MAX_PAGE_NO:
+            raise ValueError(f"page_no must be 1..{MAX_PAGE_NO}, got {page_no}")
+        return f"{self.documents_prefix(doc_id)}viewer/{page_no:05d}.jpg"
 
     def pages_prefix(self, doc_id: str) -> str:
         """Every claim-check page image of one document."""

@@ -31,11 +31,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pydantic import BaseModel, Field
 from urllib3.exceptions import HTTPError
 
-from ocrstream.api import events, upload
+from ocrstream.api import events, ui, upload
 from ocrstream.api.book import DocumentBook
 from ocrstream.api.keys import KeyFile
 from ocrstream.api.limits import Limiter, Refusal, count_pages
+from ocrstream.api.tokens import EventTokens
 from ocrstream.api.usage import UsageLog
+from ocrstream.api.viewer import NoPageImage, PageImages
 from ocrstream.client import OcrClient
 from ocrstream.errors import InvalidDocIdError, OcrstreamError, PoisonError, RetriableError
 from ocrstream.processors import webhook
@@ -56,7 +58,7 @@ from ocrstream.settings import (
     WebhookSettings,
 )
 from ocrstream.storage import ObjectNotFoundError, ObjectStore, validate_doc_id
-from ocrstream.storage.keys import DOCUMENT_FORMATS, parse_s3_uri
+from ocrstream.storage.keys import DOCUMENT_FORMATS, MAX_PAGE_NO, parse_s3_uri
 from ocrstream.streams import topics
 from ocrstream.streams.metrics import Metrics
 
@@ -64,6 +66,7 @@ log = logging.getLogger(__name__)
 
 _CURSOR = re.compile(r"[0-9]{13}-[A-Za-z0-9._-]{1,128}")
 MODES = tuple(m.value for m in ParseMode)
+TOKEN_DOC = "from POST …/events/token, for a client that cannot send a header"
 CHUNK = 256 * 1024
 
 
@@ -90,6 +93,12 @@ class DocumentStatusBody(BaseModel):
 class DocumentList(BaseModel):
     documents: list[DocumentStatusBody]
     next: str | None = Field(description="pass as `after` for the next page; null on the last")
+
+
+class EventsToken(BaseModel):
+    token: str
+    expires_at: int = Field(description="Unix seconds")
+    events_url: str = Field(description="the event stream with the token in its query")
 
 
 class SourceUri(BaseModel):
@@ -175,6 +184,11 @@ def create_app(
     presigner = store
     if api.presign_endpoint:
         presigner = ObjectStore(s3.model_copy(update={"endpoint": api.presign_endpoint}))
+    tokens = EventTokens.with_secret(api.token_secret.get_secret_value(), api.events_token_ttl_s)
+    if not api.token_secret.get_secret_value():
+        log.warning("OCRSTREAM_API_TOKEN_SECRET is not set: event-stream tokens are signed with "
+                    "a random secret, valid on this replica only")  # fmt: skip
+    page_images = PageImages(store, limits, max_side=api.viewer_max_side, dpi=api.viewer_dpi)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -195,6 +209,7 @@ def create_app(
     )  # fmt: skip
     app.state.keys = keys
     app.state.limiter = limiter
+    app.include_router(ui.router)
 
     @app.exception_handler(RetriableError)
     async def unavailable(_request: Request, e: RetriableError) -> JSONResponse:
@@ -455,12 +470,23 @@ def create_app(
              responses={200: {"content": {"text/event-stream": {}}}})  # fmt: skip
     async def document_events(
         doc_id: str,
-        tenant: Tenant,
+        request: Request,
         last_event_id: Annotated[str | None, Header()] = None,
+        token: Annotated[str | None, Query(description=TOKEN_DOC)] = None,
+        last_event_id_query: Annotated[str | None, Query(alias="last_event_id")] = None,
     ) -> StreamingResponse:
         """Server-Sent Events: ``progress``, ``page`` (each page's result, its text as data) and
         ``terminal`` (the status body), then the stream ends. Reconnect with ``Last-Event-ID``
-        to go on after the last event received."""
+        (the header, or the query parameter) to go on after the last event received.
+        Authorised by the key, or by a ``token`` for this document."""
+        if token is None:
+            tenant = tenant_of(request)
+        else:
+            found = tokens.tenant(token, doc_id)
+            if found is None:
+                raise HTTPException(401, "the token is not valid for this document (or expired)")
+            tenant = request.state.tenant = found
+        last_event_id = last_event_id or last_event_id_query
         record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
         since = datetime.fromisoformat(record["submitted_at"])
         submitted_at = record.get("submitted_at")
@@ -471,6 +497,31 @@ def create_app(
         return StreamingResponse(body, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})  # fmt: skip
+
+    @app.post("/v1/documents/{doc_id}/events/token", response_model=EventsToken)
+    async def events_token(doc_id: str, tenant: Tenant) -> EventsToken:
+        """A short-lived token that opens this document's event stream without the key
+        (``?token=``), for a browser's EventSource, which cannot send a header."""
+        await anyio.to_thread.run_sync(submission, doc_id, tenant)
+        token, expires = tokens.issue(tenant, doc_id)
+        return EventsToken(token=token, expires_at=expires,
+                           events_url=f"/v1/documents/{doc_id}/events?token={token}")  # fmt: skip
+
+    @app.get("/v1/documents/{doc_id}/pages/{page_no}.jpg", response_class=Response,
+             responses={200: {"content": {"image/jpeg": {}}}})  # fmt: skip
+    async def page_image(doc_id: str, page_no: int, tenant: Tenant) -> Response:
+        """The viewer's image of a finished document's page: rendered from the source on its
+        first request and kept in the store (``documents/{doc_id}/viewer/``), turned as the
+        engine read it; draw document.json's polygons on it scaled by the page's size."""
+        record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
+        if not 1 <= page_no <= MAX_PAGE_NO:
+            raise HTTPException(404, "no such page")
+        try:
+            data = await anyio.to_thread.run_sync(page_images.get, doc_id, page_no, record)
+        except NoPageImage as e:
+            raise HTTPException(404, f"no image of this page: {e}") from e
+        return Response(data, media_type="image/jpeg",
+                        headers={"Cache-Control": "private, max-age=86400"})  # fmt: skip
 
     @app.get("/v1/documents/{doc_id}/document.{fmt}", response_class=StreamingResponse,
              responses={200: {"content": {"application/octet-stream": {}}},

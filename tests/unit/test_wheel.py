@@ -45,7 +45,9 @@ def test_the_wheel_holds_ocrstream_alone_with_every_module_and_data_file(wheel: 
     for data in ("ocrstream/py.typed", "ocrstream/schemas/ScanSubmitted.avsc",
                  "ocrstream/schemas/released/v1.0/ScanSubmitted.avsc",
                  "ocrstream/services/infra/kafka/pom.xml",
-                 "ocrstream/services/infra/prometheus/rules/ocrstream.rules.yml"):  # fmt: skip
+                 "ocrstream/services/infra/prometheus/rules/ocrstream.rules.yml",
+                 "ocrstream/api/ui/index.html", "ocrstream/api/ui/app.js",
+                 "ocrstream/api/ui/app.css"):  # fmt: skip
         assert data in names, data
 
 
