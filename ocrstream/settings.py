@@ -254,6 +254,14 @@ class ServicesSettings(BaseSettings):
     start_timeout_s: float = 120.0
 
 
+class WorkerPool(StrEnum):
+    """What an OCR worker reads and where its results go (docs/architecture.md)."""
+
+    PRIMARY = "primary"  # ocr.pages.v1 → ocr.page-results.v1; routes weak pages when enabled
+    ACCURATE = "accurate"  # ocr.pages.accurate.v1 → ocr.page-results.v1; never routes
+    SHADOW = "shadow"  # ocr.pages.v1 (own group) → ocr.page-results.shadow.v1
+
+
 class WorkerSettings(BaseSettings):
     """The OCR worker (``ocrstream ocr-worker``): its consumer group, batching and bounds."""
 
@@ -285,6 +293,13 @@ class WorkerSettings(BaseSettings):
     cache: bool = True
     cache_max_bytes: int = 256 * 1024 * 1024
     cache_load_timeout_s: float = 30.0  # at start, at most this long reading the topic
+    # The worker pool this worker is in (ocrstream ocr-worker --pool/--shadow): primary reads
+    # ocr.pages.v1, accurate ocr.pages.accurate.v1, shadow ocr.pages.v1 in a group of its own
+    # and publishes to ocr.page-results.shadow.v1 (docs/architecture.md, "Worker pools").
+    pool: WorkerPool = WorkerPool.PRIMARY
+    # Shadow workers only: wait this long after each engine batch, to try a slower candidate
+    # (or to show that a slow shadow delays no document).
+    shadow_delay_ms: int = 0
 
 
 class SplitterSettings(BaseSettings):
@@ -329,6 +344,10 @@ class AssemblerSettings(BaseSettings):
     metrics_port: int = 9102
     web_port: int = 6067
     changelog_replication: int = 1
+    # A page whose kept result is provisional (routed to the accurate pool) holds its document
+    # back until the accurate result comes, or for this long after the last page came; then
+    # the provisional result is used.
+    provisional_wait_s: float = 300.0
 
 
 class LagSettings(BaseSettings):
@@ -384,3 +403,53 @@ class ApiSettings(BaseSettings):
     # The longest a Server-Sent Events stream stays open; the client reconnects with its
     # Last-Event-ID and goes on.
     events_max_s: float = 600.0
+
+
+# --- worker pools: confidence routing and shadow workers (issue 14, items 4 and 5) -----------
+
+
+class RoutingSettings(BaseSettings):
+    """Confidence routing (``ocrstream.processors.routing``): a primary worker re-sends a page
+    whose recognition is weak to ``ocr.pages.accurate.v1``. Off unless enabled: without an
+    accurate pool, routed pages would wait for it until ``OCRSTREAM_ASSEMBLER_PROVISIONAL_
+    WAIT_S``. ``ocrstream all --accurate-workers N`` turns it on for its primary workers."""
+
+    model_config = _frozen("OCRSTREAM_ROUTING_")
+
+    enabled: bool = False
+    low_confidence: float = 0.9
+    max_low_fraction: float = 0.25
+    min_mean_confidence: float = 0.9
+    min_lines: int = 1
+
+
+class AccurateOcrSettings(OcrSettings):
+    """The accurate pool's engine, ``OCRSTREAM_ACCURATE_OCR_*``: the stronger configuration
+    for the few pages routed to it — the bigger model, detection without downscaling (a
+    budget no page of 300-DPI A4 exceeds), the page orientation model on."""
+
+    model_config = _frozen("OCRSTREAM_ACCURATE_OCR_")
+
+    model: str = "ppocrv6-small"
+    det_limit_side: int = 4096
+    fix_orientation: bool = True
+
+
+class ShadowOcrSettings(OcrSettings):
+    """A shadow worker's candidate engine, ``OCRSTREAM_SHADOW_OCR_*`` (or ``--model``);
+    defaults as ``OcrSettings``."""
+
+    model_config = _frozen("OCRSTREAM_SHADOW_OCR_")
+
+
+class ShadowSettings(BaseSettings):
+    """The shadow comparer (``ocrstream shadow compare``) and ``ocrstream shadow report``."""
+
+    model_config = _frozen("OCRSTREAM_SHADOW_")
+
+    group: str = "ocrstream-shadow-comparer"
+    metrics_port: int = 9105
+    # Results waiting for their other half, at most this many (oldest dropped first) and at
+    # most this long: a shadow that is hours behind is compared for what is still held.
+    max_pending: int = 100_000
+    pending_ttl_s: float = 3600.0

@@ -277,6 +277,8 @@ class PageResult(_Avro):
     mode: str = "text"
     blocks: tuple[Block, ...] | None = None
     cached: bool = False
+    provisional: bool = False
+    pool: str = ""
 
 
 @dataclass(frozen=True, slots=True)

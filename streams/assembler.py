@@ -150,7 +150,8 @@ class Assembler:
         self._finishing: set[str] = set()
         self._marked: dict[str, float] = {}
         self.rules = Rules(max_pages=limits.max_pages, deadline_s=settings.deadline_s,
-                           retry_after_s=2 * settings.scan_interval_s)  # fmt: skip
+                           retry_after_s=2 * settings.scan_interval_s,
+                           provisional_wait_s=settings.provisional_wait_s)  # fmt: skip
         self._partitioner = DefaultPartitioner()
         self.dpi = dpi
         self.store_calls = StoreCalls(
@@ -191,6 +192,7 @@ class Assembler:
             submitted_at_ms=_ms(result.submitted_at.timestamp()),
             source_sha256=result.source_sha256, source_uri=result.source_uri,
             outputs=tuple(result.outputs), trace_id=result.trace_id, tenant=result.tenant,
+            provisional=result.provisional,
         )  # fmt: skip
         t = self._step(page)
         status = result.status.value if t.outcome is Outcome.ACCEPTED else t.outcome.value

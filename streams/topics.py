@@ -27,6 +27,8 @@ DOCUMENTS = "ocr.documents.v1"
 DLQ = "ocr.dlq.v1"
 DLQ_REDRIVEN = "ocr.dlq.redriven.v1"
 PAGE_CACHE = "ocr.page-cache.v1"
+PAGES_ACCURATE = "ocr.pages.accurate.v1"
+PAGE_RESULTS_SHADOW = "ocr.page-results.shadow.v1"
 
 DAY_MS = 24 * 60 * 60 * 1000
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -62,6 +64,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(DLQ, 3, "delete", 30 * DAY_MS),
     TopicSpec(DLQ_REDRIVEN, 1, "compact"),
     TopicSpec(PAGE_CACHE, 12, "compact"),
+    TopicSpec(PAGES_ACCURATE, 12, "delete", 1 * DAY_MS),
+    TopicSpec(PAGE_RESULTS_SHADOW, 12, "delete", 7 * DAY_MS),
 )
 SPECS: dict[str, TopicSpec] = {spec.name: spec for spec in TOPICS}
 

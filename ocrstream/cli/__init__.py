@@ -28,6 +28,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("ocrstream.cli.bench", "bench"),
     "api": ("ocrstream.cli.api", "api"),
     "dlq": ("ocrstream.cli.dlq", "dlq"),
+    "shadow": ("ocrstream.cli.shadow", "shadow"),
 }
 
 

@@ -32,6 +32,7 @@ METRICS_PORTS: dict[str, int] = {
     "lag-exporter": 9103,
     "autoscaler": 9104,
     "ocr-worker": 9110,
+    "shadow-comparer": 9105,
 }
 MAX_LOCAL_OCR_WORKERS = 10
 # One set of agents at a time on those ports: a test or benchmark that runs agents on them

@@ -29,6 +29,8 @@ def test_table_is_the_design() -> None:
         "ocr.dlq.v1": (3, "delete", str(30 * DAY_MS)),
         "ocr.dlq.redriven.v1": (1, "compact", None),
         "ocr.page-cache.v1": (12, "compact", None),
+        "ocr.pages.accurate.v1": (12, "delete", str(1 * DAY_MS)),
+        "ocr.page-results.shadow.v1": (12, "delete", str(7 * DAY_MS)),
     }
 
 
