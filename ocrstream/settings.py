@@ -425,13 +425,17 @@ class RoutingSettings(BaseSettings):
 
 class AccurateOcrSettings(OcrSettings):
     """The accurate pool's engine, ``OCRSTREAM_ACCURATE_OCR_*``: the stronger configuration
-    for the few pages routed to it — the bigger model, detection without downscaling (a
-    budget no page of 300-DPI A4 exceeds), the page orientation model on."""
+    for the few pages routed to it — the bigger model and the page orientation model on.
+
+    Detection keeps the default budget (``det_limit_side`` 1600) on purpose: without
+    downscaling (4096, no 200-DPI A4 page over it) the small model's CER on three degraded
+    A4 scans went from 0.065 to 0.202 — blur and noise at full resolution break lines apart
+    (docs/benchmarks.md, "Confidence routing"). ``OCRSTREAM_ACCURATE_OCR_DET_LIMIT_SIDE``
+    raises it for clean, small print."""
 
     model_config = _frozen("OCRSTREAM_ACCURATE_OCR_")
 
     model: str = "ppocrv6-small"
-    det_limit_side: int = 4096
     fix_orientation: bool = True
 
 

@@ -80,9 +80,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tiny = OcrEngine(OcrSettings(model="ppocrv6-tiny", threads=threads))
     accurate = OcrEngine(AccurateOcrSettings(threads=threads))
     r = RoutingSettings()
-    rule = RoutingRule(r.low_confidence, r.max_low_fraction, r.min_mean_confidence, r.min_lines)
+    rules = {"tiny-first": RoutingRule(r.low_confidence, r.max_low_fraction,
+                                       r.min_mean_confidence, r.min_lines)}  # fmt: skip
+    for spec in args.rule:  # LOW:FRACTION:MEAN, another rule on the same readings
+        low, fraction, mean = (float(v) for v in spec.split(":"))
+        rules[f"tiny-first[{spec}]"] = RoutingRule(low, fraction, mean, r.min_lines)
     pages = mixed_set(args.a4, args.degraded, args.receipts, args.sroie, args.dpi)
-    setups = ("small-only", "tiny-first")
+    setups = ("small-only", *rules)
     tallies = {(s, k): Tally() for s in setups for k in ("all", "a4", "degraded", "receipt")}
 
     def read(engine: OcrEngine, image: Any) -> tuple[float, Any]:
@@ -99,23 +103,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         image = decode_image(data, max_pixels=80_000_000)
         t_small, p_small = read(small, image)
         t_tiny, p_tiny = read(tiny, image)
-        routed = rule.weak([ln.confidence for ln in p_tiny.lines])
-        t_first, p_first = t_tiny, p_tiny
-        if routed:
-            t_acc, p_first = read(accurate, image)
-            t_first += t_acc
+        confidences = [ln.confidence for ln in p_tiny.lines]
+        routed = {name: rule.weak(confidences) for name, rule in rules.items()}
+        t_acc, p_acc = read(accurate, image) if any(routed.values()) else (0.0, None)
+        small_cer = page_cer(lines(p_small), gt, normalised=True)
         for key in ("all", kind):
-            tallies[("small-only", key)].add(t_small, page_cer(lines(p_small), gt, normalised=True))
-            tallies[("tiny-first", key)].add(t_first, page_cer(lines(p_first), gt, normalised=True))
-            tallies[("tiny-first", key)].routed += int(routed)
-        print(f"{n}/{len(pages)} {kind}: small {t_small:.2f}s, tiny {t_tiny:.2f}s"
-              f"{', routed: ' + format(t_first - t_tiny, '.2f') + 's' if routed else ''}",
+            tallies[("small-only", key)].add(t_small, small_cer)
+            for name, weak in routed.items():
+                page = p_acc if weak else p_tiny
+                tally = tallies[(name, key)]
+                tally.add(t_tiny + (t_acc if weak else 0.0),
+                          page_cer(lines(page), gt, normalised=True))  # fmt: skip
+                tally.routed += int(weak)
+        print(f"{n}/{len(pages)} {kind}: small {t_small:.2f}s, tiny {t_tiny:.2f}s, accurate "
+              f"{t_acc:.2f}s, routed by {[k for k, v in routed.items() if v]}",
               flush=True)  # fmt: skip
     report = {
         "command": args.command_line,
         "threads": threads,
         "dpi": args.dpi,
-        "rule": r.model_dump(),
+        "rules": {
+            name: [r.low_confidence, r.max_low_fraction, r.min_mean_confidence]
+            for name, r in rules.items()
+        },
         "machine": machine(),
         "results": {f"{s}/{k}": t.row() for (s, k), t in tallies.items()},
     }
@@ -132,13 +142,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sroie", type=Path, default=Path("../shared/data/sroie-dev"))
     parser.add_argument("--dpi", type=int, default=200, help="of the A4 pages (the splitter's)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--rule",
+        action="append",
+        default=[],
+        help="another rule to score, LOW:FRACTION:MEAN (e.g. 0.9:0.1:0.96)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     args.command_line = " ".join(["python -m ocrstream.bench.routing", *(argv or sys.argv[1:])])
     report = run(args)
-    print(f"{'set':<22} {'pages':>5} {'pages/s':>8} {'nCER':>7} {'routed':>6}")
+    print(f"{'set':<40} {'pages':>5} {'pages/s':>8} {'nCER':>7} {'routed':>6}")
     for name, row in report["results"].items():
-        print(f"{name:<22} {row['pages']:>5} {row['pages_per_s']!s:>8} {row['ncer']:>7} "
+        print(f"{name:<40} {row['pages']:>5} {row['pages_per_s']!s:>8} {row['ncer']:>7} "
               f"{row['routed']:>6}")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
