@@ -20,8 +20,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class RoutingRule:
     low_confidence: float = 0.9  # a line below this is a low-confidence line
-    max_low_fraction: float = 0.25  # more low-confidence lines than this share: weak
-    min_mean_confidence: float = 0.9  # a mean confidence below this: weak
+    max_low_fraction: float = 0.1  # more low-confidence lines than this share: weak
+    min_mean_confidence: float = 0.96  # a mean confidence below this: weak
     min_lines: int = 1  # pages with fewer lines are never weak
 
     def weak(self, confidences: Sequence[float]) -> bool:
