@@ -321,7 +321,9 @@ class Assembler:
         """Assemble the document from its kept page results and write its outputs."""
         started = time.perf_counter()
         doc_id, page_count = effect.doc_id, effect.page_count
-        if not effect.complete:
+        if not effect.complete and len(effect.pages) >= page_count:  # provisional pages left
+            log.warning("no accurate result in time for %s: its provisional pages are used", doc_id)
+        elif not effect.complete:
             log.warning("deadline passed for %s: %d of %d pages in", doc_id, len(effect.pages),
                         page_count)  # fmt: skip
         results: list[PageResult] = []
