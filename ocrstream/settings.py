@@ -254,6 +254,14 @@ class ServicesSettings(BaseSettings):
     start_timeout_s: float = 120.0
 
 
+class WorkerPool(StrEnum):
+    """What an OCR worker reads and where its results go (docs/architecture.md)."""
+
+    PRIMARY = "primary"  # ocr.pages.v1 → ocr.page-results.v1; routes weak pages when enabled
+    ACCURATE = "accurate"  # ocr.pages.accurate.v1 → ocr.page-results.v1; never routes
+    SHADOW = "shadow"  # ocr.pages.v1 (own group) → ocr.page-results.shadow.v1
+
+
 class WorkerSettings(BaseSettings):
     """The OCR worker (``ocrstream ocr-worker``): its consumer group, batching and bounds."""
 
@@ -285,6 +293,13 @@ class WorkerSettings(BaseSettings):
     cache: bool = True
     cache_max_bytes: int = 256 * 1024 * 1024
     cache_load_timeout_s: float = 30.0  # at start, at most this long reading the topic
+    # The worker pool this worker is in (ocrstream ocr-worker --pool/--shadow): primary reads
+    # ocr.pages.v1, accurate ocr.pages.accurate.v1, shadow ocr.pages.v1 in a group of its own
+    # and publishes to ocr.page-results.shadow.v1 (docs/architecture.md, "Worker pools").
+    pool: WorkerPool = WorkerPool.PRIMARY
+    # Shadow workers only: wait this long after each engine batch, to try a slower candidate
+    # (or to show that a slow shadow delays no document).
+    shadow_delay_ms: int = 0
 
 
 class SplitterSettings(BaseSettings):
@@ -332,6 +347,10 @@ class AssemblerSettings(BaseSettings):
     # earlier revisions of a document's outputs kept under documents/{doc_id}/rev-{n}/ when a
     # reprocess writes the next one (older ones are deleted; 0 keeps none)
     keep_revisions: int = Field(default=3, ge=0)
+    # A page whose kept result is provisional (routed to the accurate pool) holds its document
+    # back until the accurate result comes, or for this long after the last page came; then
+    # the provisional result is used.
+    provisional_wait_s: float = 300.0
 
 
 class LagSettings(BaseSettings):
@@ -451,3 +470,60 @@ class WebhookSettings(BaseSettings):
     drain_timeout_s: float = 30.0
     session_timeout_ms: int = 10_000
     metrics_port: int = 9105
+
+
+# --- worker pools: confidence routing and shadow workers (issue 14, items 4 and 5) -----------
+
+
+class RoutingSettings(BaseSettings):
+    """Confidence routing (``ocrstream.processors.routing``): a primary worker re-sends a page
+    whose recognition is weak to ``ocr.pages.accurate.v1``. Off unless enabled: without an
+    accurate pool, routed pages would wait for it until ``OCRSTREAM_ASSEMBLER_PROVISIONAL_
+    WAIT_S``. ``ocrstream all --accurate-workers N`` turns it on for its primary workers."""
+
+    model_config = _frozen("OCRSTREAM_ROUTING_")
+
+    enabled: bool = False
+    # Measured on a mixed set (docs/benchmarks.md, "Confidence routing"): 0.9 / 0.1 / 0.96
+    # routed every degraded scan and 4 of 10 receipts, for a CER 0.0013 above small-only's
+    # at 1.47x its pages/s; 0.9 / 0.25 / 0.9 routed no receipt (0.0035 above, at 1.65x).
+    low_confidence: float = 0.9
+    max_low_fraction: float = 0.1
+    min_mean_confidence: float = 0.96
+    min_lines: int = 1
+
+
+class AccurateOcrSettings(OcrSettings):
+    """The accurate pool's engine, ``OCRSTREAM_ACCURATE_OCR_*``: the stronger configuration
+    for the few pages routed to it — the bigger model and the page orientation model on.
+
+    Detection keeps the default budget (``det_limit_side`` 1600) on purpose: without
+    downscaling (4096, no 200-DPI A4 page over it) the small model's CER on three degraded
+    A4 scans went from 0.065 to 0.202 — blur and noise at full resolution break lines apart
+    (docs/benchmarks.md, "Confidence routing"). ``OCRSTREAM_ACCURATE_OCR_DET_LIMIT_SIDE``
+    raises it for clean, small print."""
+
+    model_config = _frozen("OCRSTREAM_ACCURATE_OCR_")
+
+    model: str = "ppocrv6-small"
+    fix_orientation: bool = True
+
+
+class ShadowOcrSettings(OcrSettings):
+    """A shadow worker's candidate engine, ``OCRSTREAM_SHADOW_OCR_*`` (or ``--model``);
+    defaults as ``OcrSettings``."""
+
+    model_config = _frozen("OCRSTREAM_SHADOW_OCR_")
+
+
+class ShadowSettings(BaseSettings):
+    """The shadow comparer (``ocrstream shadow compare``) and ``ocrstream shadow report``."""
+
+    model_config = _frozen("OCRSTREAM_SHADOW_")
+
+    group: str = "ocrstream-shadow-comparer"
+    metrics_port: int = 9106
+    # Results waiting for their other half, at most this many (oldest dropped first) and at
+    # most this long: a shadow that is hours behind is compared for what is still held.
+    max_pending: int = 100_000
+    pending_ttl_s: float = 3600.0

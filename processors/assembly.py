@@ -23,6 +23,11 @@ one input, and returns the new state with the effects the adapter carries out, i
 - :class:`NewRevision`: starts the document anew under a later revision (the assembler feeds
   it when the ScanSubmitted of a reprocess arrives, before its pages).
 
+Provisional pages (confidence routing): a page result marked ``provisional`` (the fast pool's
+answer to a page it routed to the accurate pool) is kept like any other, but the document is
+not complete while one is kept: the accurate result replaces it when it comes, and only if it
+has not come ``provisional_wait_s`` after the document's last page is the provisional one used.
+
 Finishing is the pair :class:`WriteOutputs` then :class:`PublishTerminal`, always the last
 effects of a step; the state is marked terminal only by the :class:`TerminalPublished` that
 the adapter feeds back once the event is delivered. Until then a complete document is finished
@@ -90,6 +95,7 @@ class Rules:
     deadline_s: float  # no new page for this long: finish with what is in
     retry_after_s: float  # a complete document still unfinished (a crash) is due after this
     forget_after_s: float = SCAN_ONLY_TTL_S
+    provisional_wait_s: float = 300.0  # every page in, some provisional: finish after this
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +122,11 @@ class DocumentState:
     scan_at: float | None = None  # when the scan (or the revision) was registered
     terminal: str | None = None  # the status published
     ended_at_ms: int | None = None
+    provisional: tuple[int, ...] = ()  # those in whose kept result is provisional, ascending
 
     @property
     def complete(self) -> bool:
-        return self.done > 0 and self.done >= self.page_count
+        return self.done > 0 and self.done >= self.page_count and not self.provisional
 
     @property
     def in_flight(self) -> bool:
@@ -144,6 +151,8 @@ class DocumentState:
                 failed=list(self.failed), updated_at=self.updated_at, first_at=self.first_at,
                 source_uri=self.source_uri, outputs=list(self.outputs),
             )  # fmt: skip
+            if self.provisional:
+                out["provisional"] = list(self.provisional)
         if self.scan_seen:
             out.update(scan_seen=True, attributes=dict(self.attributes), scan_at=self.scan_at)
             if self.tenant:
@@ -185,6 +194,7 @@ class DocumentState:
             attributes=tuple((value.get("attributes") or {}).items()),
             tenant=str(value.get("tenant") or ""),
             scan_at=_opt_float(value.get("scan_at")),
+            provisional=tuple(sorted(int(p) for p in value.get("provisional") or ())),
         )
 
     @staticmethod
@@ -220,6 +230,7 @@ class PageArrived:
     trace_id: str | None = None
     revision: int = 1
     tenant: str = ""
+    provisional: bool = False  # routed: the accurate pool's result is to replace it
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,8 +381,21 @@ def due(state: DocumentState, now: float, rules: Rules) -> bool:
         return False
     if state.done:
         idle = now - (state.updated_at if state.updated_at is not None else now)
-        return idle >= rules.deadline_s or (state.complete and idle >= rules.retry_after_s)
+        return (
+            idle >= rules.deadline_s
+            or (state.complete and idle >= rules.retry_after_s)
+            or _provisional_due(state, idle, rules)
+        )
     return _forgotten(state, now, rules)
+
+
+def _provisional_due(state: DocumentState, idle: float, rules: Rules) -> bool:
+    """Every page in, some only provisionally, and no accurate result for long enough."""
+    return (
+        bool(state.provisional)
+        and state.done >= state.page_count
+        and (idle >= rules.provisional_wait_s)
+    )
 
 
 def _forgotten(state: DocumentState, now: float, rules: Rules) -> bool:
@@ -408,17 +432,26 @@ def _page(state: DocumentState, page: PageArrived, now: float, rules: Rules) -> 
     if not 1 <= page_no <= page_count:
         raise PoisonError(f"page {page_no} of a {page_count}-page document", code="invalid_page_no")
     bitmap, done, failed = state.bitmap, state.done, state.failed
+    provisional = state.provisional
     if bit_test(bitmap, page_no):
-        if page_no not in failed or page.failed:
+        retried = page_no in failed and not page.failed  # a retry succeeded
+        accurate = page_no in provisional and not page.provisional and not page.failed
+        if not (retried or accurate):
             # A replay after a crash between "all pages in" and the terminal event finishes it.
             return Transition(state, _finish(state) if state.complete else (), Outcome.DUPLICATE)
-        failed = tuple(p for p in failed if p != page_no)  # a retry succeeded: keep it instead
+        failed = tuple(p for p in failed if p != page_no)  # keep the better result instead
+        provisional = tuple(p for p in provisional if p != page_no)
+        if page.provisional:
+            provisional = tuple(sorted((*provisional, page_no)))
     else:
         bitmap, done = bit_set(bitmap, page_no), done + 1
         if page.failed:
             failed = tuple(sorted((*failed, page_no)))
+        elif page.provisional:
+            provisional = tuple(sorted((*provisional, page_no)))
     new = replace(
         state, page_count=page_count, bitmap=bitmap, done=done, failed=failed, updated_at=now,
+        provisional=provisional,
         first_at=state.first_at if state.first_at is not None else now,
         submitted_at_ms=state.submitted_at_ms or page.submitted_at_ms,
         source_sha256=page.source_sha256, source_uri=page.source_uri, outputs=page.outputs,
@@ -441,7 +474,7 @@ def _deadline(state: DocumentState, now: float, rules: Rules) -> Transition:
             return Transition(None, (), Outcome.ACCEPTED)
         return Transition(state, (), Outcome.IGNORED)
     idle = now - (state.updated_at if state.updated_at is not None else 0.0)
-    if state.complete or idle >= rules.deadline_s:
+    if state.complete or idle >= rules.deadline_s or _provisional_due(state, idle, rules):
         return Transition(state, _finish(state), Outcome.ACCEPTED)
     return Transition(state, (), Outcome.IGNORED)
 

@@ -281,6 +281,8 @@ class PageResult(_Avro):
     blocks: tuple[Block, ...] | None = None
     cached: bool = False
     revision: int = 1
+    provisional: bool = False
+    pool: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,7 +160,8 @@ class Assembler:
         self._finishing: set[str] = set()
         self._marked: dict[str, float] = {}
         self.rules = Rules(max_pages=limits.max_pages, deadline_s=settings.deadline_s,
-                           retry_after_s=2 * settings.scan_interval_s)  # fmt: skip
+                           retry_after_s=2 * settings.scan_interval_s,
+                           provisional_wait_s=settings.provisional_wait_s)  # fmt: skip
         self._partitioner = DefaultPartitioner()
         self.dpi = dpi
         self.store_calls = StoreCalls(
@@ -202,6 +203,7 @@ class Assembler:
             source_sha256=result.source_sha256, source_uri=result.source_uri,
             outputs=tuple(result.outputs), trace_id=result.trace_id, tenant=result.tenant,
             revision=result.revision,
+            provisional=result.provisional,
         )  # fmt: skip
         t = self._step(page)
         status = result.status.value if t.outcome is Outcome.ACCEPTED else t.outcome.value
@@ -333,7 +335,9 @@ class Assembler:
         """Assemble the document from its kept page results and write its outputs."""
         started = time.perf_counter()
         doc_id, page_count = effect.doc_id, effect.page_count
-        if not effect.complete:
+        if not effect.complete and len(effect.pages) >= page_count:  # provisional pages left
+            log.warning("no accurate result in time for %s: its provisional pages are used", doc_id)
+        elif not effect.complete:
             log.warning("deadline passed for %s: %d of %d pages in", doc_id, len(effect.pages),
                         page_count)  # fmt: skip
         results: list[PageResult] = []

@@ -46,6 +46,7 @@ class Delivery:
         self.tracker = tracker
         self._on_retry = on_retry
         self._failed: list[tuple[Origin, str, Any, bytes]] = []
+        self._outstanding: dict[Origin, int] = {}  # origins with several outputs: how many left
         self.fatal: FatalError | None = None
 
     def __len__(self) -> int:
@@ -56,6 +57,14 @@ class Delivery:
         self.producer.send_raw(
             topic, key, value, on_delivery=partial(self._delivered, origin, topic, key, value)
         )
+
+    def send_all(self, origin: Origin, outputs: list[tuple[str, Any, bytes]]) -> None:
+        """Several outputs for one record (a routed page: its task for the accurate pool and
+        its provisional result): the offset is done once every one of them is delivered."""
+        if len(outputs) > 1:
+            self._outstanding[origin] = len(outputs)
+        for topic, key, value in outputs:
+            self.send(origin, topic, key, value)
 
     def resend_failed(self) -> None:
         redo, self._failed = self._failed, []
@@ -80,6 +89,12 @@ class Delivery:
                 self._on_retry()
             self._failed.append((origin, topic, key, value))
             return
+        left = self._outstanding.get(origin)
+        if left is not None:
+            if left > 1:
+                self._outstanding[origin] = left - 1
+                return
+            del self._outstanding[origin]
         nxt = self.tracker.done(*origin)
         if nxt is None:
             return

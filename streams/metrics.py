@@ -46,6 +46,9 @@ STAGE_BUCKETS = (
 )
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DOCUMENT_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+# Shadow agreement: a CER per page (0 = the same text), a confidence difference (-1..1).
+CER_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+DELTA_BUCKETS = (-0.5, -0.2, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 class Metrics:
@@ -258,6 +261,29 @@ class Metrics:
             buckets=STAGE_BUCKETS,
             namespace=ns,
             registry=reg,
+        )
+        # worker pools: confidence routing and shadow workers
+        self.routing = Counter(
+            "routing",
+            "Pages an OCR worker answered, by its pool (primary, accurate, shadow) and outcome "
+            "(kept: its result is the page's; routed: sent on to the accurate pool).",
+            ["pool", "outcome"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.shadow_cer = Histogram(
+            "shadow_cer",
+            "Per page, the character error rate of the shadow's text against the primary's.",
+            namespace=ns,
+            registry=reg,
+            buckets=CER_BUCKETS,
+        )
+        self.shadow_confidence_delta = Histogram(
+            "shadow_confidence_delta",
+            "Per page, the shadow's mean line confidence minus the primary's.",
+            namespace=ns,
+            registry=reg,
+            buckets=DELTA_BUCKETS,
         )
 
 

@@ -87,16 +87,38 @@ def ocrstream_command(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "ocrstream", *args]
 
 
-def default_agents(workers: int, worker_settings: WorkerSettings | None = None) -> list[AgentSpec]:
+def default_agents(
+    workers: int,
+    worker_settings: WorkerSettings | None = None,
+    *,
+    accurate: int = 0,
+    shadow: int = 0,
+) -> list[AgentSpec]:
     """The splitter, ``workers`` OCR workers (metrics on consecutive ports), the assembler and
-    the lag exporter."""
+    the lag exporter; ``accurate`` workers of the accurate pool (and then routing on for the
+    primary workers) and ``shadow`` shadow workers (and the comparer) on the ports after them."""
     base = (worker_settings or WorkerSettings()).metrics_port
+    routing = {"OCRSTREAM_ROUTING_ENABLED": "true"} if accurate else {}
     specs = [AgentSpec("splitter", ("splitter",))]
     specs += [
-        AgentSpec(f"ocr-worker-{i}", ("ocr-worker", "--metrics-port", str(base + i)))
+        AgentSpec(f"ocr-worker-{i}", ("ocr-worker", "--metrics-port", str(base + i)), routing)
         for i in range(workers)
     ]
+    port = base + workers
+    specs += [
+        AgentSpec(f"ocr-worker-accurate-{i}",
+                  ("ocr-worker", "--pool", "accurate", "--metrics-port", str(port + i)))
+        for i in range(accurate)
+    ]  # fmt: skip
+    port += accurate
+    specs += [
+        AgentSpec(f"ocr-worker-shadow-{i}", ("ocr-worker", "--shadow", "--metrics-port",
+                                             str(port + i)))
+        for i in range(shadow)
+    ]  # fmt: skip
     specs += [AgentSpec("assembler", ("assembler",)), AgentSpec("lag-exporter", ("lag-exporter",))]
+    if shadow:
+        specs.append(AgentSpec("shadow-comparer", ("shadow", "compare")))
     return specs
 
 

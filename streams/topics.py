@@ -29,6 +29,8 @@ DLQ_REDRIVEN = "ocr.dlq.redriven.v1"
 PAGE_CACHE = "ocr.page-cache.v1"
 WEBHOOK_RETRY = "ocr.webhooks.retry.v1"
 API_USAGE = "ocr.api-usage.v1"  # the HTTP API's per-tenant usage, shared by its replicas
+PAGES_ACCURATE = "ocr.pages.accurate.v1"
+PAGE_RESULTS_SHADOW = "ocr.page-results.shadow.v1"
 
 DAY_MS = 24 * 60 * 60 * 1000
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -66,6 +68,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(PAGE_CACHE, 12, "compact"),
     TopicSpec(WEBHOOK_RETRY, 6, "delete", 7 * DAY_MS),
     TopicSpec(API_USAGE, 1, "delete", 2 * DAY_MS),
+    TopicSpec(PAGES_ACCURATE, 12, "delete", 1 * DAY_MS),
+    TopicSpec(PAGE_RESULTS_SHADOW, 12, "delete", 7 * DAY_MS),
 )
 SPECS: dict[str, TopicSpec] = {spec.name: spec for spec in TOPICS}
 

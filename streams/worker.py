@@ -36,6 +36,11 @@ parts, deliver, and let the delivery callbacks store the offsets. Each job is on
   the engine; what the engine reads is put into it.
 - Delivery (:mod:`~ocrstream.streams.delivery`): outputs sent with their origin, offsets
   stored in order once delivered, failed deliveries sent again.
+- Worker pools (here, :func:`pool_topics`): a ``primary`` worker reads ``ocr.pages.v1``; with
+  a :class:`~ocrstream.processors.routing.RoutingRule` it re-sends a page whose recognition is
+  weak to ``ocr.pages.accurate.v1``, read by the ``accurate`` pool (a stronger engine, which
+  never routes: a page is routed at most once). A ``shadow`` worker reads ``ocr.pages.v1`` in
+  a group of its own and publishes to ``ocr.page-results.shadow.v1`` only.
 - Rebalance and SIGTERM (here): in-flight pages are finished and delivered, offsets stored,
   and the commit is made synchronously before partitions are given up; queued pages and pages
   waiting for the store of the partitions given up are dropped (their offsets were never
@@ -49,6 +54,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -57,9 +63,10 @@ from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.logs import log_context
 from ocrstream.processors.ocr.batching import BatchingEngine, PageEngine
 from ocrstream.processors.ocr.types import LayoutPage, PageOCR
+from ocrstream.processors.routing import RoutingRule
 from ocrstream.schemas.codec import Codec
-from ocrstream.schemas.records import Engine, PageResult, PageTask
-from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerSettings
+from ocrstream.schemas.records import Engine, PageResult, PageStatus, PageTask
+from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerPool, WorkerSettings
 from ocrstream.streams import dlq, topics
 from ocrstream.streams.breaker import StoreBreaker
 from ocrstream.streams.decode import DecodePool
@@ -81,10 +88,27 @@ STAGE = "ocr"
 DLQ_STAGE = "ocr-worker"
 
 
+def pool_topics(pool: WorkerPool) -> tuple[str, str]:
+    """The topic a pool's workers read and the one their results go to (logical names)."""
+    if pool is WorkerPool.ACCURATE:
+        return topics.PAGES_ACCURATE, topics.PAGE_RESULTS
+    if pool is WorkerPool.SHADOW:
+        return topics.PAGES, topics.PAGE_RESULTS_SHADOW
+    return topics.PAGES, topics.PAGE_RESULTS
+
+
+def pool_group(settings: WorkerSettings) -> str:
+    """The consumer group of the worker's pool (unprefixed): the primary pool's is
+    ``settings.group``, the others add their name (a shadow group reads every page again)."""
+    if settings.pool is WorkerPool.PRIMARY:
+        return settings.group
+    return f"{settings.group}-{settings.pool.value}"
+
+
 def consumer_config(kafka: KafkaSettings, settings: WorkerSettings) -> dict[str, Any]:
     return kafka.librdkafka(
         **{
-            "group.id": kafka.topic(settings.group),
+            "group.id": kafka.topic(pool_group(settings)),
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
             "auto.commit.interval.ms": 1000,
@@ -119,6 +143,7 @@ class OcrWorker:
         consumer: Any | None = None,
         producer: RecordProducer | None = None,
         worker_id: str | None = None,
+        routing: RoutingRule | None = None,
     ) -> None:
         self.settings = settings
         self.limits = limits or LimitsSettings()
@@ -126,8 +151,16 @@ class OcrWorker:
         self.codec = codec
         self.metrics = metrics
         self.worker_id = worker_id or default_worker_id()
-        self.topic = kafka.topic(topics.PAGES)
-        self.results_topic = kafka.topic(topics.PAGE_RESULTS)
+        self.pool = settings.pool
+        pages_topic, results_topic = pool_topics(self.pool)
+        self.topic = kafka.topic(pages_topic)
+        self.results_topic = kafka.topic(results_topic)
+        self.accurate_topic = kafka.topic(topics.PAGES_ACCURATE)
+        # Only the primary pool routes: the accurate pool's answer is final, and a shadow's
+        # results never change a document.
+        self.routing = routing if self.pool is WorkerPool.PRIMARY else None
+        for outcome in ("kept", "routed"):  # exported from the start: the panels read 0
+            metrics.routing.labels(self.pool.value, outcome)
         self.dlq_topic = kafka.topic(topics.DLQ)
         self.consumer = (
             consumer if consumer is not None else Consumer(consumer_config(kafka, settings))
@@ -173,6 +206,9 @@ class OcrWorker:
             max_inflight=None,  # the window bounds what is started
             retries=settings.engine_retries,
             on_batch=self._observe_batch,
+        )
+        self._batch_delay_s = (
+            settings.shadow_delay_ms / 1000 if self.pool is WorkerPool.SHADOW else 0.0
         )
         self._delivery = Delivery(
             self.producer,
@@ -359,6 +395,8 @@ class OcrWorker:
         """Called from the engine thread after each batch."""
         self.metrics.batch_size.labels(STAGE).observe(pages)
         self.metrics.stage_seconds.labels("engine").observe(seconds)
+        if self._batch_delay_s:  # a slower shadow candidate: the engine thread waits
+            time.sleep(self._batch_delay_s)
 
     def _collect_results(self) -> None:
         results: list[tuple[tuple[Pending, PreparedPage], PageOCR]] = self._engine.poll()
@@ -373,7 +411,20 @@ class OcrWorker:
 
     def _send_result(self, page: Pending, result: PageResult) -> None:
         self.metrics.pages.labels(STAGE, result.status.value).inc()
+        result = replace(result, pool=self.pool.value)
+        routed = self._weak(result)
+        self.metrics.routing.labels(self.pool.value, "routed" if routed else "kept").inc()
         with page.log_context():
+            if routed:
+                # The fast answer goes out too, marked provisional, with the task for the
+                # accurate pool; the offset is stored once both are delivered. Why publish it:
+                # if the accurate pool is down, behind or gone, the assembler still has this
+                # page and finishes the document with it after ASSEMBLER_PROVISIONAL_WAIT_S,
+                # instead of ending it partial after the much longer deadline (or never, with
+                # a page missing for good). It costs one result record per routed page; an
+                # accurate result, whenever it comes first or later, replaces it.
+                log.info("weak recognition: page routed to %s", self.accurate_topic)
+                result = replace(result, provisional=True)
             value = result_value(
                 self.producer,
                 result,
@@ -381,7 +432,21 @@ class OcrWorker:
                 max_bytes=self.limits.max_message_bytes,
                 worker_id=self.worker_id,
             )
-            self._delivery.send(page.origin, self.results_topic, result.doc_id, value)
+            outputs = [(self.results_topic, result.doc_id, value)]
+            if routed:
+                task = self.producer.encode(page.task, self.accurate_topic)
+                key = f"{page.task.doc_id}/{page.task.page_no}"
+                outputs.insert(0, (self.accurate_topic, key, task))
+            self._delivery.send_all(page.origin, outputs)
+
+    def _weak(self, result: PageResult) -> bool:
+        """Whether to route the page: a primary worker with a rule, a page the engine read
+        (not its text layer, not failed) whose line confidences the rule finds weak."""
+        if self.routing is None or result.status is not PageStatus.OK:
+            return False
+        if result.engine is None or result.engine.backend == "text-layer":
+            return False
+        return self.routing.weak([line.confidence for line in result.lines])
 
     # --- rebalance and shutdown -------------------------------------------------------------
 

@@ -69,6 +69,9 @@ KNOWN_METRICS: dict[str, Metric] = {
     "ocrstream_gpu_memory_used_bytes": _m("gauge", "device"),
     "ocrstream_autoscaler_desired_replicas": _m("gauge"),
     "ocrstream_autoscaler_replicas": _m("gauge"),
+    "ocrstream_routing_total": _m("counter", "pool", "outcome"),
+    "ocrstream_shadow_cer": _m("histogram"),
+    "ocrstream_shadow_confidence_delta": _m("histogram"),
 }
 # Labels every scraped series has.
 TARGET_LABELS = frozenset({"instance", "job"})

@@ -190,3 +190,37 @@ def synthetic_a4(n: int, out_dir: Path, seed: int = 0, dpi: int = 300) -> list[S
 
 def subset(samples: Sequence[Sample], limit: int | None) -> list[Sample]:
     return list(samples[:limit] if limit else samples)
+
+
+def degrade(
+    data: bytes,
+    seed: int,
+    *,
+    blur: float = 1.6,
+    noise: float = 20.0,
+    contrast: float = 0.45,
+    scale: float = 1.0,
+) -> bytes:
+    """A page image as a bad scan would give it: ``contrast`` of the ink left (on a grey
+    paper), a Gaussian ``blur`` (radius in pixels), Gaussian ``noise`` (grey levels) and,
+    with ``scale`` < 1, fewer pixels. Deterministic for a given seed; JPEG quality 80. Used
+    for the routing benchmark's degraded scans and its integration test."""  # fmt: skip
+    import io
+
+    import numpy as np
+    from PIL import Image, ImageFilter
+
+    image = Image.open(io.BytesIO(data)).convert("L")
+    if scale != 1.0:
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image = image.resize(size, Image.Resampling.BILINEAR)
+    if blur > 0:
+        image = image.filter(ImageFilter.GaussianBlur(blur))
+    pixels = np.asarray(image, dtype=np.float32)
+    paper = 200.0
+    pixels = paper - (255.0 - pixels) * contrast  # ink fades towards a grey paper
+    rng = np.random.default_rng(seed)
+    pixels += rng.normal(0.0, noise, pixels.shape)
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=80)
+    return out.getvalue()

@@ -30,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("ocrstream.cli.dlq", "dlq"),
     "reprocess": ("ocrstream.cli.reprocess", "reprocess"),
     "webhooks": ("ocrstream.cli.agents", "webhooks"),
+    "shadow": ("ocrstream.cli.shadow", "shadow"),
 }
 
 

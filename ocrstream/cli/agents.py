@@ -85,19 +85,40 @@ def splitter(metrics_port: int | None) -> None:
 
 @click.command("ocr-worker")
 @_PORT
-def ocr_worker(metrics_port: int | None) -> None:
-    """One OCR worker: a member of the consumer group on ocr.pages.v1 (backend from settings)."""
+@click.option(
+    "--pool",
+    type=click.Choice(["primary", "accurate"]),
+    default=None,
+    help="primary: ocr.pages.v1 (routes weak pages when OCRSTREAM_ROUTING_ENABLED); accurate: "
+    "ocr.pages.accurate.v1 with the stronger engine (OCRSTREAM_ACCURATE_OCR_*). Default "
+    "OCRSTREAM_WORKER_POOL.",
+)
+@click.option(
+    "--shadow",
+    is_flag=True,
+    help="A shadow worker: its own group on ocr.pages.v1, the candidate engine "
+    "(OCRSTREAM_SHADOW_OCR_*), results to ocr.page-results.shadow.v1 only.",
+)
+@click.option("--model", default=None, help="The engine's model set, over the settings.")
+def ocr_worker(metrics_port: int | None, pool: str | None, shadow: bool,
+               model: str | None) -> None:  # fmt: skip
+    """One OCR worker: a member of its pool's consumer group (backend from settings)."""
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.schemas.codec import Codec
-    from ocrstream.settings import KafkaSettings, LimitsSettings, OcrSettings, WorkerSettings
+    from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerPool, WorkerSettings
     from ocrstream.storage import parse_s3_uri
     from ocrstream.streams.metrics import process_metrics, serve
     from ocrstream.streams.worker import OcrWorker
 
     settings, limits, kafka = WorkerSettings(), LimitsSettings(), KafkaSettings()
+    if shadow and pool is not None:
+        raise click.UsageError("--shadow and --pool exclude each other")
+    if shadow or pool is not None:
+        chosen = WorkerPool.SHADOW if shadow else WorkerPool(pool or "primary")
+        settings = settings.model_copy(update={"pool": chosen})
     serve(settings.metrics_port if metrics_port is None else metrics_port)
     try:
-        engine = OcrEngine(OcrSettings())
+        engine = OcrEngine(_engine_settings(settings.pool, model))
         # Few retries inside the store: the worker itself backs off and pauses the partition.
         store = _store(retries=1)
     except FatalError as e:
@@ -109,8 +130,35 @@ def ocr_worker(metrics_port: int | None) -> None:
         return data
 
     worker = OcrWorker(kafka=kafka, settings=settings, engine=engine, codec=Codec(kafka),
-                       fetch=fetch, metrics=process_metrics(), limits=limits)  # fmt: skip
+                       fetch=fetch, metrics=process_metrics(), limits=limits,
+                       routing=routing_rule())  # fmt: skip
     worker.run(_stop_on_signals())
+
+
+def _engine_settings(pool: Any, model: str | None) -> Any:
+    """The engine settings of a pool: ``OCRSTREAM_OCR_*`` for the primary pool,
+    ``OCRSTREAM_ACCURATE_OCR_*`` and ``OCRSTREAM_SHADOW_OCR_*`` for the others."""
+    from ocrstream.settings import AccurateOcrSettings, OcrSettings, ShadowOcrSettings, WorkerPool
+
+    kind = {WorkerPool.ACCURATE: AccurateOcrSettings, WorkerPool.SHADOW: ShadowOcrSettings}
+    settings = kind.get(pool, OcrSettings)()
+    return settings if model is None else settings.model_copy(update={"model": model})
+
+
+def routing_rule() -> Any:
+    """The confidence-routing rule of the settings; None when routing is off."""
+    from ocrstream.processors.routing import RoutingRule
+    from ocrstream.settings import RoutingSettings
+
+    s = RoutingSettings()
+    if not s.enabled:
+        return None
+    return RoutingRule(
+        low_confidence=s.low_confidence,
+        max_low_fraction=s.max_low_fraction,
+        min_mean_confidence=s.min_mean_confidence,
+        min_lines=s.min_lines,
+    )
 
 
 @click.command()
@@ -182,14 +230,28 @@ def webhooks(metrics_port: int | None) -> None:
     help="OCR worker processes (default OCRSTREAM_SUPERVISOR_OCR_WORKERS).",
 )
 @click.option("--api", "with_api", is_flag=True, help="Run the HTTP API (ocrstream api) too.")
-def all_agents(workers: int | None, with_api: bool) -> None:
+@click.option(
+    "--accurate-workers",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Workers of the accurate pool; when > 0 the primary workers route weak pages to them.",
+)
+@click.option(
+    "--shadow-workers",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Shadow workers (candidate engine from OCRSTREAM_SHADOW_OCR_*).",
+)
+def all_agents(workers: int | None, with_api: bool, accurate_workers: int,
+               shadow_workers: int) -> None:  # fmt: skip
     """Every agent (the webhook agent too) under one supervisor that restarts the ones that
     crash."""
     from ocrstream.settings import SupervisorSettings
     from ocrstream.streams.supervisor import AgentSpec, Supervisor, default_agents
 
     settings = SupervisorSettings()
-    specs = default_agents(settings.ocr_workers if workers is None else workers)
+    specs = default_agents(settings.ocr_workers if workers is None else workers,
+                           accurate=accurate_workers, shadow=shadow_workers)  # fmt: skip
     specs.append(AgentSpec("webhooks", ("webhooks",)))
     if with_api:
         specs.append(AgentSpec("api", ("api",)))

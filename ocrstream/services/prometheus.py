@@ -33,6 +33,7 @@ METRICS_PORTS: dict[str, int] = {
     "autoscaler": 9104,
     "webhooks": 9105,
     "ocr-worker": 9110,
+    "shadow-comparer": 9106,
 }
 MAX_LOCAL_OCR_WORKERS = 10
 # One set of agents at a time on those ports: a test or benchmark that runs agents on them

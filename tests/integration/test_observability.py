@@ -64,18 +64,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 
 PROMETHEUS = "http://127.0.0.1:19090"
 JOBS = {"splitter": "9101", "assembler": "9102", "lag-exporter": "9103", "autoscaler": "9104",
-        "ocr-worker": "9110"}  # fmt: skip
+        "ocr-worker": "9110", "shadow-comparer": "9106"}  # fmt: skip
 # What each agent must serve (docs/architecture.md "Metrics"; histograms by their _count).
 SERVED = {
     "splitter": ["ocrstream_pages_total", "ocrstream_documents_total",
                  "ocrstream_stage_seconds_count", "ocrstream_document_latency_seconds_count",
                  "ocrstream_dlq_total"],
     "ocr-worker": ["ocrstream_pages_total", "ocrstream_stage_seconds_count",
-                   "ocrstream_batch_size_count", "ocrstream_worker_info", "ocrstream_dlq_total"],
+                   "ocrstream_batch_size_count", "ocrstream_worker_info", "ocrstream_dlq_total",
+                   "ocrstream_routing_total"],
     "assembler": ["ocrstream_pages_total", "ocrstream_documents_total",
                   "ocrstream_stage_seconds_count", "ocrstream_document_latency_seconds_count",
                   "ocrstream_inflight_documents"],
     "lag-exporter": ["ocrstream_consumer_lag"],
+    "shadow-comparer": ["ocrstream_shadow_cer_count", "ocrstream_shadow_confidence_delta_count"],
     "autoscaler": ["ocrstream_autoscaler_replicas", "ocrstream_autoscaler_desired_replicas"],
 }  # fmt: skip
 GPU_METRICS = {"ocrstream_gpu_utilization_ratio", "ocrstream_gpu_memory_used_bytes"}
@@ -183,6 +185,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         AgentSpec("splitter", ("splitter", "--metrics-port", JOBS["splitter"])),
         AgentSpec("assembler", ("assembler", "--metrics-port", JOBS["assembler"])),
         AgentSpec("lag-exporter", ("lag-exporter", "--metrics-port", JOBS["lag-exporter"])),
+        # No shadow worker runs: the comparer's histograms are there, at 0.
+        AgentSpec("shadow-comparer", ("shadow", "compare", "--metrics-port",
+                                      JOBS["shadow-comparer"])),
         # The autoscaler starts the OCR worker(s) on 9110 + i.
         AgentSpec("autoscaler", ("scale", "--min", "1", "--max", "2", "--lag-threshold", "5",
                                  "--cooldown", "5", "--stabilization", "10", "--interval", "1",

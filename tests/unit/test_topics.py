@@ -31,6 +31,8 @@ def test_table_is_the_design() -> None:
         "ocr.page-cache.v1": (12, "compact", None),
         "ocr.webhooks.retry.v1": (6, "delete", str(7 * DAY_MS)),
         "ocr.api-usage.v1": (1, "delete", str(2 * DAY_MS)),
+        "ocr.pages.accurate.v1": (12, "delete", str(1 * DAY_MS)),
+        "ocr.page-results.shadow.v1": (12, "delete", str(7 * DAY_MS)),
     }
 
 
