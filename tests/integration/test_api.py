@@ -462,3 +462,52 @@ def streamed_upload(api: Api, tenant: str, size: int) -> tuple[int, Any]:
         return response.status, json.loads(response.read())
     finally:
         conn.close()
+
+
+def test_an_api_killed_mid_run_loses_no_document(
+    topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """The API keeps no state of its own: documents accepted by a replica that is then killed
+    (SIGKILL, while their pages are still being read) finish, and a new replica (the same keys
+    file, a new process) reports each of them completed, with all its events and outputs."""
+    first = start_api(topics, object_store.bucket, tmp_path, name="api-first")
+    with harness.stack(topics, object_store.bucket, tmp_path) as make:
+        pipeline, _witness = make(env={"OCRSTREAM_WORKER_MAX_BATCH": "1",
+                                       "OCRSTREAM_FAKE_ENGINE_PAGE_DELAY_S": "0.3"})  # fmt: skip
+        pipeline.start()
+        try:
+            wait_ready(first)
+            docs = [fake_doc(60 + i, 3) for i in range(3)]
+            ids = []
+            for i, doc in enumerate(docs):
+                status, body = first.upload("acme", doc.data, f"batch-{i}.pdf")
+                assert status == 202, body
+                ids.append(body["doc_id"])
+            status, body = first.json("GET", f"/v1/documents/{ids[-1]}", tenant="acme")
+            assert status == 200
+            assert body["status"] in ("queued", "processing"), "finished before the kill"
+        finally:
+            first.proc.kill()
+            first.proc.wait(20)
+            print(f"--- {first.log.name} ---\n" + first.log.read_text(errors="replace")[-3000:])
+
+        second = start_api(topics, object_store.bucket, tmp_path, name="api-second")
+        try:
+            wait_ready(second)
+            for doc, doc_id in zip(docs, ids, strict=True):
+                done = wait_status(second, "acme", doc_id)
+                assert done["status"] == "completed", done
+                assert done["pages_done"] == done["page_count"] == 3
+                stream = read_events(second, "acme", doc_id)
+                pages = {e["data"]["page_no"]: e["data"]["text"]
+                         for e in stream if e["event"] == "page"}  # fmt: skip
+                assert pages == {1: doc.texts[0], 2: doc.texts[1], 3: doc.texts[2]}
+                assert stream[-1]["event"] == "terminal"
+                status, raw, _ = second.request("GET", f"/v1/documents/{doc_id}/document.txt",
+                                                tenant="acme")  # fmt: skip
+                assert status == 200
+                assert all(text in raw.decode() for text in doc.texts)
+            status, listed = second.json("GET", "/v1/documents?limit=10", tenant="acme")
+            assert [d["doc_id"] for d in listed["documents"]] == ids[::-1]
+        finally:
+            stop_api(second)
