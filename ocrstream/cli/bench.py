@@ -210,6 +210,9 @@ def engine(
 @click.option("--model", default="ppocrv6-small", show_default=True)
 @click.option("--threads", type=int, default=None, help="ocrstream's threads [all cores].")
 @click.option(
+    "--warmup", type=int, default=1, show_default=True, help="Pages run first, not timed."
+)
+@click.option(
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -223,6 +226,7 @@ def structure(
     backend: str,
     model: str,
     threads: int | None,
+    warmup: int,
     cache_dir: Path | None,
     json_out: Path | None,
 ) -> None:
@@ -239,7 +243,9 @@ def structure(
         raise click.UsageError(f"unknown modes {unknown}; choose from {list(MODES)}")
     if pages <= 0:
         raise click.UsageError("--pages must be at least 1")
-    cfg = StructConfig(backend=backend, model=model, threads=threads or os.cpu_count() or 1)
+    cfg = StructConfig(
+        backend=backend, model=model, threads=threads or os.cpu_count() or 1, warmup=warmup
+    )
     sets = {}
     for split in dict.fromkeys(splits):
         click.echo(f"making or reusing {pages} {split} pages", err=True)
