@@ -66,6 +66,7 @@ class ModeRun:
     cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
     scores: dict[str, Any] = field(default_factory=dict)
+    per_page: list[dict[str, Any]] = field(default_factory=list)  # the same scores, per page
     error: str | None = None
 
     @property
@@ -293,6 +294,9 @@ def run_mode(mode: str, cfg: StructConfig, pages: Sequence[StructPage]) -> ModeR
     scores = Scores()
     for page, parse in zip(pages, report["parses"], strict=True):
         scores.add(parse, page.truth)
+        alone = Scores()
+        alone.add(parse, page.truth)
+        result.per_page.append({"page": page.name, "template": page.template, **alone.to_dict()})
     result.pages = len(pages)
     result.wall_s = float(report["wall"])
     result.cpu_s = float(report["cpu"])

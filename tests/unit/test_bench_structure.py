@@ -41,6 +41,7 @@ def test_bench_structure_runs_every_mode_on_one_page(tmp_path: Path) -> None:
         assert run["pages"] == 1
         assert run["pages_per_s"] > 0
         assert run["peak_rss_mb"] > 50
+        assert [p["page"] for p in run["per_page"]] == ["page-000000"]
         assert mode in result.output
     # the first dev page has a title, a table and a footer
     assert runs["ocrstream-text"]["scores"]["teds"] is None  # text mode knows no tables
