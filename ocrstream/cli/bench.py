@@ -1,6 +1,6 @@
-"""``ocrstream bench engine|pipeline|api``: benchmarks (see docs/benchmarks.md for results).
+"""``ocrstream bench engine|pipeline|api|structure``: benchmarks (see docs/benchmarks.md).
 
-``engine`` lives here; ``pipeline`` is added by the pipeline benchmark
+``engine`` and ``structure`` live here; ``pipeline`` is added by the pipeline benchmark
 (``ocrstream.bench.pipeline``) and imported only when it is run.
 """
 
@@ -49,7 +49,8 @@ class _BenchGroup(click.Group):
 
 @click.group(cls=_BenchGroup)
 def bench() -> None:
-    """Benchmarks: the OCR engine alone, the whole Kafka pipeline, or the HTTP API."""
+    """Benchmarks: the OCR engine alone, document structure, the whole Kafka pipeline, or the
+    HTTP API."""
 
 
 @bench.command()
@@ -183,6 +184,87 @@ def engine(
                + (f", {host['gpu']}" if host.get("gpu") else ""))  # fmt: skip
     for entry in report["datasets"].values():
         click.echo(entry["table"])
+        click.echo()
+    if json_out is not None:
+        write_json(report, json_out)
+        click.echo(f"wrote {json_out}", err=True)
+
+
+@bench.command()
+@click.option(
+    "--split",
+    "splits",
+    multiple=True,
+    type=click.Choice(["dev", "heldout"]),
+    default=("dev",),
+    show_default=True,
+    help="Which pages: dev (seeds from 0) or heldout (seeds from 100000); repeatable.",
+)
+@click.option("--pages", type=int, default=12, show_default=True, help="Pages per split.")
+@click.option(
+    "--modes",
+    default="ocrstream-text,ocrstream-layout,ocrstream-pdf,rapidai,pymupdf4llm",
+    show_default=True,
+    help="Which modes and peers to run, of those installed.",
+)
+@click.option(
+    "--backend", type=click.Choice([b.value for b in OcrBackend]), default="auto", show_default=True
+)
+@click.option("--model", default="ppocrv6-small", show_default=True)
+@click.option("--threads", type=int, default=None, help="ocrstream's threads [all cores].")
+@click.option(
+    "--warmup", type=int, default=1, show_default=True, help="Pages run first, not timed."
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the pages are made and kept [~/.cache/ocrstream/structbench].",
+)
+@click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def structure(
+    splits: tuple[str, ...],
+    pages: int,
+    modes: str,
+    backend: str,
+    model: str,
+    threads: int | None,
+    warmup: int,
+    cache_dir: Path | None,
+    json_out: Path | None,
+) -> None:
+    """Layout mode against text mode and the peers: pages/s, CPU time, peak RSS, TEDS,
+    headings, body CER in reading order, headers and footers left out."""
+    from ocrstream.bench import structset
+    from ocrstream.bench.engine import write_json
+    from ocrstream.bench.structure import MODES, StructConfig
+    from ocrstream.bench.structure import bench as run_bench
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = sorted(set(chosen) - set(MODES))
+    if unknown:
+        raise click.UsageError(f"unknown modes {unknown}; choose from {list(MODES)}")
+    if pages <= 0:
+        raise click.UsageError("--pages must be at least 1")
+    cfg = StructConfig(
+        backend=backend, model=model, threads=threads or os.cpu_count() or 1, warmup=warmup
+    )
+    sets = {}
+    for split in dict.fromkeys(splits):
+        click.echo(f"making or reusing {pages} {split} pages", err=True)
+        sets[split] = structset.pages(split, pages, cache_dir)
+    report = run_bench(sets, cfg, chosen)
+    report["command"] = _command_line(click.get_current_context())
+    host = report["machine"]
+    gpu = f", {host['gpu']}" if host.get("gpu") else ""
+    click.echo(
+        f"machine: {host['cpu']}, {host['cores']} cores, {host['memory_gb']} GB{gpu}; "
+        f"{report['date']}"
+    )
+    for entry in report["splits"].values():
+        click.echo(entry["table"])
+        for mode, why in entry["skipped"].items():
+            click.echo(f"{mode}: skipped ({why})")
         click.echo()
     if json_out is not None:
         write_json(report, json_out)
