@@ -223,6 +223,9 @@ class OcrSettings(BaseSettings):
     max_page_pixels: int = 80_000_000
     min_confidence: float = 0.5
     engine_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "ocrstream")
+    # Layout mode: table cells from SLANet-plus (processors/layout/table_model.py); false:
+    # from the lines' geometry alone.
+    table_model: bool = True
 
     @property
     def on_cpu(self) -> bool:

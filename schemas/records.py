@@ -183,6 +183,7 @@ class Block(_Avro):
     text: str = ""
     html: str | None = None
     cells: tuple[Cell, ...] = ()
+    source: str | None = None  # tables: model | geometry
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,4 +222,5 @@ def block_record(block: PageBlock) -> Block:
             Cell(c.row, c.col, c.rowspan, c.colspan, tuple(round(v, 1) for v in c.bbox), c.text)
             for c in block.cells
         ),
+        source=block.source,
     )

@@ -384,3 +384,113 @@ def two_column_pdf() -> LayoutSample:
         paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
         footer="7",
     )
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+SALES_CAPTION = "Table 1. Sales by region"
+#: The spanning table of :func:`table_doc`: (row, col, rowspan, colspan, text), HTML grid.
+SALES_CELLS = (
+    (0, 0, 2, 1, "Region"),
+    (0, 1, 1, 2, "Sales"),
+    (1, 1, 1, 1, "2024"),
+    (1, 2, 1, 1, "2025"),
+    (2, 0, 1, 1, "North"),
+    (2, 1, 1, 1, "1200"),
+    (2, 2, 1, 1, "1500"),
+    (3, 0, 1, 1, "South"),
+    (3, 1, 1, 1, "900"),
+    (3, 2, 1, 1, "1100"),
+    (4, 0, 1, 1, "East"),
+    (4, 1, 1, 1, "700"),
+    (4, 2, 1, 1, "800"),
+)
+
+
+def draw_table(
+    page: pymupdf.Page,
+    cells: Sequence[tuple[int, int, int, int, str]],
+    origin: tuple[float, float],
+    col_w: float = 110.0,
+    row_h: float = 24.0,
+    fontsize: float = 11.0,
+) -> tuple[float, float, float, float]:
+    """Draw a ruled table of (row, col, rowspan, colspan, text) cells; its box in points."""
+    x0, y0 = origin
+    rows = max(r + rs for r, _, rs, _, _ in cells)
+    cols = max(c + cs for _, c, _, cs, _ in cells)
+    shape = page.new_shape()
+    for r, c, rs, cs, text in cells:
+        rect = pymupdf.Rect(
+            x0 + c * col_w, y0 + r * row_h, x0 + (c + cs) * col_w, y0 + (r + rs) * row_h
+        )
+        shape.draw_rect(rect)
+        baseline = rect.y0 + rect.height / 2 + fontsize * 0.35
+        page.insert_text((rect.x0 + 8, baseline), text, fontsize=fontsize, fontname="helv")
+    shape.finish(color=(0, 0, 0), width=0.8)
+    shape.commit()
+    return x0, y0, x0 + cols * col_w, y0 + rows * row_h
+
+
+@dataclass(frozen=True)
+class StructuredSample:
+    """A two-page document: page 1 the two-column page of :func:`two_column_scan`, page 2 a
+    heading, a paragraph, the spanning sales table under its caption, a page number."""
+
+    data: bytes
+    title: str
+    paragraphs: tuple[str, ...]  # page 1, in reading order
+    heading: str
+    table_intro: str
+    cells: tuple[tuple[int, int, int, int, str], ...]
+    footers: tuple[str, str]
+
+
+TABLE_HEADING = "Trade in the Valley"
+TABLE_INTRO = "The towns sold more grain each year."
+
+
+def _structured_doc() -> pymupdf.Document:
+    doc = _two_column_doc()
+    page = doc.new_page(width=A4[0], height=A4[1])
+    page.insert_text((60, 150), TABLE_HEADING, fontsize=18, fontname="helv")
+    page.insert_text((60, 190), TABLE_INTRO, fontsize=11, fontname="helv")
+    page.insert_text((60, 235), SALES_CAPTION, fontsize=11, fontname="helv")
+    draw_table(page, SALES_CELLS, (60, 250))
+    page.insert_text((290, 815), "8", fontsize=10, fontname="helv")
+    return doc
+
+
+def structured_scan_pdf(dpi: int = 150, noise: float = 6.0) -> StructuredSample:
+    """:class:`StructuredSample` scanned: each page a noisy gray image in a PDF."""
+    doc = _structured_doc()
+    images = []
+    rng = np.random.default_rng(0)
+    for page in doc:
+        pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+        gray = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width)
+        speckle = rng.normal(0, noise, gray.shape).astype(np.int16)
+        gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
+        images.append(encode_image(gray, "png", dpi=dpi))
+    doc.close()
+    return _structured(_image_pdf(images, A4))
+
+
+def structured_pdf() -> StructuredSample:
+    """:class:`StructuredSample` born digital: text as text, the table's rules as vectors."""
+    doc = _structured_doc()
+    data = doc.tobytes()
+    doc.close()
+    return _structured(data)
+
+
+def _structured(data: bytes) -> StructuredSample:
+    return StructuredSample(
+        data=data,
+        title=TWO_COLUMN_TITLE,
+        paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
+        heading=TABLE_HEADING,
+        table_intro=TABLE_INTRO,
+        cells=SALES_CELLS,
+        footers=("7", "8"),
+    )

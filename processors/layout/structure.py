@@ -10,8 +10,10 @@
 3. Headers and footers by position too: a block wholly in the top or bottom band of the page
    (:data:`BAND`), or a lone page number near an edge, is a header or footer whatever the model
    said.
-4. Tables get cells from their lines' geometry: rows where lines overlap vertically, columns at
-   the vertical gaps no line crosses.
+4. Tables get their cells from the table-structure model where it read the region
+   (:mod:`.table_grid`: its grid, the lines' text in its cell boxes), ``source`` ``model``;
+   where it did not or its answer is unusable, from their lines' geometry — rows where lines
+   overlap vertically, columns at the vertical gaps no line crosses — ``source`` ``geometry``.
 5. Reading order (:func:`reading_order`): headers, then the body by XY-cut — columns left to
    right where a vertical gap splits the blocks, bands top to bottom where none does, bands
    that share a column layout kept together so that the left column is read to its end before
@@ -20,12 +22,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ocrstream.processors.layout.blocks import BBox, Block, Cell
 from ocrstream.processors.layout.model import Detection
+from ocrstream.processors.layout.table_grid import cells_from_structure
+from ocrstream.processors.layout.table_model import TableStructure
 from ocrstream.processors.ocr.types import Line
 
 #: CDLA class → block type (title is refined into title or heading).
@@ -52,6 +57,12 @@ PAGE_NUMBER = re.compile(
 )
 LIST_ITEM = re.compile(r"^\s*(?:[•▪◦●○■□‣⁃*–-]\s+|\(?\d{1,3}[.)]\s+|\(?[a-z][.)]\s+)")
 _CONTAINERS = ("table", "figure", "equation")
+
+log = logging.getLogger(__name__)
+
+#: What the table model read in a detected table region (the detection's index): the
+#: structure and the crop's top-left on the page.
+TableReadings = Mapping[int, tuple[TableStructure, tuple[float, float]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +96,14 @@ def _union(boxes: Sequence[BBox]) -> BBox:
 
 
 def build_blocks(
-    detections: Sequence[Detection], lines: Sequence[Line], width: int, height: int
+    detections: Sequence[Detection],
+    lines: Sequence[Line],
+    width: int,
+    height: int,
+    tables: TableReadings | None = None,
 ) -> tuple[Block, ...]:
-    """The page's blocks in reading order; see the module docstring."""
+    """The page's blocks in reading order; see the module docstring. ``tables``: the table
+    model's reading of detected table regions, by detection index."""
     regions = [_Region(CDLA_TYPES.get(d.label, "text"), d.bbox, d.score) for d in detections]
     boxes = [line_box(line) for line in lines]
     members: list[list[int]] = [[] for _ in regions]
@@ -95,19 +111,33 @@ def build_blocks(
     for i, box in enumerate(boxes):
         owner = _owner(box, regions)
         (members[owner] if owner is not None else loose).append(i)
-    groups = [(r.type, idx, r.bbox) for r, idx in zip(regions, members, strict=True)]
-    groups += [("text", idx, _union([boxes[i] for i in idx])) for idx in _paragraphs(loose, boxes)]
+    groups = [(r.type, members[n], r.bbox, n) for n, r in enumerate(regions)]
+    groups += [
+        ("text", idx, _union([boxes[i] for i in idx]), -1) for idx in _paragraphs(loose, boxes)
+    ]
     blocks: list[Block] = []
-    for kind, idx, region_box in groups:
+    for kind, idx, region_box, region in groups:
         if not idx and kind != "figure":
             continue  # a region with no text is dropped, but for figures
         ordered = _row_order(idx, boxes)
         bbox = _union([region_box, *(boxes[i] for i in ordered)]) if ordered else region_box
         kind = _position_type(kind, bbox, ordered, lines, height)
         if kind == "table":
-            cells = table_cells(ordered, boxes, lines)
+            reading = (tables or {}).get(region)
+            cells = None
+            if reading is not None:
+                cells = cells_from_structure(reading[0], reading[1], ordered, boxes, lines)
+                if cells is None:
+                    log.info(
+                        "table structure unusable (%d tokens, complete=%s): cells from geometry",
+                        len(reading[0].tokens),
+                        reading[0].complete,
+                    )
+            source = "model" if cells is not None else "geometry"
+            if cells is None:
+                cells = table_cells(ordered, boxes, lines)
             text = "\n".join(" ".join(c.text for c in row) for row in _rows_of(cells))
-            blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells))
+            blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells, source=source))
             continue
         text = _join_rows(ordered, boxes, lines)
         if kind == "text" and _is_list(ordered, boxes, lines):

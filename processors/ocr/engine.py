@@ -7,7 +7,9 @@ rectify every line of every page → (line 0/180 classifier) → rec on width-bu
 drawn from all pages at once → CTC → lines below ``min_confidence`` dropped → for pages given
 as :class:`~ocrstream.processors.ocr.types.LayoutPage`, the layout model on the upright page
 and the blocks built from its regions and the page's lines
-(:mod:`ocrstream.processors.layout`). The layout model is loaded on the first such page.
+(:mod:`ocrstream.processors.layout`), the table-structure model on every table region of the
+call's pages at once (batched across pages). The layout and table models are loaded on the
+first page that needs them.
 
 A page that cannot be decoded or is over the pixel limit comes back ``failed`` with a reason
 code; a page with no text comes back ``empty``; nothing about one page fails another. An error
@@ -36,6 +38,7 @@ from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks
+from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructure, TableStructureModel
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
@@ -63,6 +66,7 @@ CLS_SHAPE = (48, 192)
 CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
 REC_STREAMS = 2
 CLS_THRESH = 0.9
+TABLE_MARGIN = 8  # pixels around a table region in its crop for the table model
 
 
 @dataclass(slots=True)
@@ -78,6 +82,7 @@ class _Page:
     texts: list[tuple[str, float]] = field(default_factory=list)
     layout: bool = False
     regions: list[Detection] = field(default_factory=list)
+    tables: dict[int, tuple[TableStructure, tuple[float, float]]] = field(default_factory=dict)
     ms: dict[str, float] = field(
         default_factory=lambda: {"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0}
     )
@@ -141,6 +146,7 @@ class OcrEngine:
             )
         self._charset = self._check_charset()
         self._layout: LayoutDetector | None = None
+        self._tables: TableStructureModel | None = None
         self._fingerprint_models: dict[str, str] | None = None
         self._lock = threading.Lock()
         self._info = EngineInfo(
@@ -173,6 +179,8 @@ class OcrEngine:
         models = dict(self._fingerprint_models)
         if mode == "layout":
             models["layout"] = LAYOUT_CDLA.sha256
+            if self.settings.table_model:
+                models["table"] = SLANET_PLUS.sha256
         s = self.settings
         options = {
             "precision": s.precision, "det_limit_side": s.det_limit_side,
@@ -235,6 +243,8 @@ class OcrEngine:
                 self._settle_flips([p for p in live if p.check_flip and p.boxes])
             self._read(live)
             self._find_regions([p for p in live if p.layout])
+            if self.settings.table_model:
+                self._read_tables([p for p in live if p.layout])
         return [self._finish(p) for p in pages]
 
     def _decode(self, data: PageInput | LayoutPage) -> _Page:
@@ -266,6 +276,36 @@ class OcrEngine:
             start = time.perf_counter()
             page.regions = self._layout.detect(page.image)
             page.ms["layout"] = (time.perf_counter() - start) * 1000
+
+    def _read_tables(self, pages: list[_Page]) -> None:
+        """The table model on every table region of the pages, in batches across pages; a
+        region is cropped with a small margin from the upright page."""
+        crops: list[ImageBGR] = []
+        owners: list[tuple[_Page, int, tuple[float, float]]] = []
+        for page in pages:
+            assert page.image is not None
+            h, w = page.image.shape[:2]
+            for n, region in enumerate(page.regions):
+                if region.label != "table":
+                    continue
+                x0, y0, x1, y1 = region.bbox
+                pad = TABLE_MARGIN
+                left, top = max(0, int(x0) - pad), max(0, int(y0) - pad)
+                right, bottom = min(w, int(x1) + pad), min(h, int(y1) + pad)
+                if right - left < 8 or bottom - top < 8:
+                    continue
+                crops.append(page.image[top:bottom, left:right])
+                owners.append((page, n, (float(left), float(top))))
+        if not crops:
+            return
+        if self._tables is None:
+            self._tables = TableStructureModel(self.settings, self._backend)
+        start = time.perf_counter()
+        found = self._tables.read(crops)
+        share = (time.perf_counter() - start) * 1000 / len(crops)
+        for (page, n, origin), structure in zip(owners, found, strict=True):
+            page.tables[n] = (structure, origin)
+            page.ms["table"] = page.ms.get("table", 0.0) + share
 
     def _fix_orientation(self, pages: list[_Page]) -> None:
         assert self._orient is not None
@@ -422,7 +462,7 @@ class OcrEngine:
         blocks = None
         if page.layout:
             start = time.perf_counter()
-            blocks = build_blocks(page.regions, kept, int(w), int(h))
+            blocks = build_blocks(page.regions, kept, int(w), int(h), page.tables)
             page.ms["layout"] = page.ms.get("layout", 0.0) + (time.perf_counter() - start) * 1000
         page.ms["total"] = sum(v for k, v in page.ms.items() if k != "total")
         return PageOCR(
