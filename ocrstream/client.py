@@ -293,7 +293,8 @@ class OcrClient:
         formats: Sequence[str] = (*DEFAULT_OUTPUTS, "md"),
     ) -> dict[str, Path]:
         """Fetch the document's outputs into ``directory``/document.{fmt}; missing ones are
-        skipped (a failed document has none)."""
+        skipped (a failed document has none). With document.md come the figure crops it links
+        to, into ``directory``/figures/."""
         from ocrstream.storage import ObjectNotFoundError
 
         target = Path(directory)
@@ -305,6 +306,14 @@ class OcrClient:
                 got[fmt] = self.store.get_to_file(key, target / f"document.{fmt}").path
             except ObjectNotFoundError:
                 continue
+        if "md" in got:  # the figure crops document.md links to, beside it
+            prefix = self.store.keys.figures_prefix(doc_id)
+            for info in self.store.list_objects(prefix):
+                name = info.key[len(prefix) :]
+                if "/" in name or not name or name.startswith("."):
+                    continue
+                (target / "figures").mkdir(exist_ok=True)
+                self.store.get_to_file(info.key, target / "figures" / name)
         return got
 
     def close(self) -> None:
