@@ -448,6 +448,19 @@ class StructuredSample:
 
 TABLE_HEADING = "Trade in the Valley"
 TABLE_INTRO = "The towns sold more grain each year."
+FIGURE_CAPTION = "Figure 1. Grain shipped by year"
+
+
+def _photo(page: pymupdf.Page, rect: pymupdf.Rect) -> None:
+    """A photograph-like picture: hills under a sky, shaded and grainy, no text."""
+    h, w = 300, 480
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    sky = 200 - 60 * yy / h
+    hills = h * 0.55 + 40 * np.sin(xx / 45.0) + 25 * np.sin(xx / 17.0 + 1.0)
+    image = np.where(yy > hills, 70 + 40 * np.sin(xx / 9.0) * np.cos(yy / 7.0), sky)
+    image += np.random.default_rng(1).normal(0, 12, image.shape)
+    gray = np.clip(image, 0, 255).astype(np.uint8)
+    page.insert_image(rect, stream=encode_image(gray, "png"), keep_proportion=False)
 
 
 def _structured_doc() -> pymupdf.Document:
@@ -457,6 +470,8 @@ def _structured_doc() -> pymupdf.Document:
     page.insert_text((60, 190), TABLE_INTRO, fontsize=11, fontname="helv")
     page.insert_text((60, 235), SALES_CAPTION, fontsize=11, fontname="helv")
     draw_table(page, SALES_CELLS, (60, 250))
+    _photo(page, pymupdf.Rect(80, 440, 400, 640))
+    page.insert_text((80, 665), FIGURE_CAPTION, fontsize=11, fontname="helv")
     page.insert_text((290, 815), "8", fontsize=10, fontname="helv")
     return doc
 
