@@ -299,6 +299,9 @@ class SplitterSettings(BaseSettings):
     dpi: int = 200
     claim_check_bytes: int = 512 * 1024
     text_layer: bool = False  # answer from usable text layers even when the scan does not ask
+    # Key-field mode: a JSON file of template name → regions, for options.regions
+    # {"template": NAME} (processors/regions.py).
+    region_templates: Path | None = None
     # Buckets a ScanSubmitted may name as its source besides the store's own (OCRSTREAM_S3_
     # BUCKET), as JSON: '["scans-in"]'; '["*"]' allows any bucket the credentials can read.
     # Any other is refused (reason source_not_allowed): a producer must not make the splitter

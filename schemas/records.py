@@ -223,6 +223,7 @@ class ScanSubmitted(_Avro):
     attributes: Mapping[str, str] = field(default_factory=dict)
     trace_id: str | None = None
     mode: str = "text"
+    options: Mapping[str, str] = field(default_factory=dict)  # regions: key-field mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +249,16 @@ class PageTask(_Avro):
     priority: int = 0
     tenant: str = ""
     mode: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRead(_Avro):
+    """Key-field mode: what was read in one named region (``bbox`` in page pixels)."""
+
+    name: str
+    text: str = ""
+    confidence: float = 0.0
+    bbox: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +289,7 @@ class PageResult(_Avro):
     mode: str = "text"
     blocks: tuple[Block, ...] | None = None
     cached: bool = False
+    fields: tuple[FieldRead, ...] = ()  # key-field mode: one per region of the page
 
 
 @dataclass(frozen=True, slots=True)

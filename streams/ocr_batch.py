@@ -32,6 +32,7 @@ from ocrstream.schemas.records import (
     Cell,
     Engine,
     ErrorInfo,
+    FieldRead,
     Line,
     PageResult,
     PageStatus,
@@ -206,6 +207,10 @@ def engine_result(
         engine=engine,
         timings=timings,
         blocks=None if ocr.blocks is None else tuple(block_record(b) for b in ocr.blocks),
+        fields=tuple(
+            FieldRead(f.name, f.text, float(f.confidence), tuple(float(v) for v in f.bbox))
+            for f in ocr.fields or ()
+        ),
         **_base(page.task, worker_id),  # type: ignore[arg-type]
     )
 

@@ -509,3 +509,59 @@ def _structured(data: bytes) -> StructuredSample:
         cells=SALES_CELLS,
         footers=("7", "8"),
     )
+
+
+# -- receipts (key-field mode) --------------------------------------------------------------
+
+RECEIPT_SIZE = (227.0, 420.0)  # 80 mm wide
+
+
+@dataclass(frozen=True)
+class ReceiptSample:
+    """A scanned till receipt and its named fields: boxes in fractions of the page (as
+    ``options.regions`` takes them) and the text printed in each."""
+
+    data: bytes
+    regions: tuple[dict[str, object], ...]
+    fields: dict[str, str]
+
+
+def receipt(seed: int = 0, dpi: int = 200, noise: float = 6.0) -> ReceiptSample:
+    """A receipt: shop, date, a dozen items with prices, the total; scanned at ``dpi``."""
+    rng = np.random.default_rng(seed)
+    shop = ("CORNER GROCERY", "VALLEY MARKET", "HARBOUR DELI", "NORTH BAKERY")[seed % 4]
+    date = f"2026-{1 + seed % 12:02d}-{1 + (7 * seed) % 28:02d}"
+    items = [(f"Item {chr(65 + i)}{seed}", int(rng.integers(100, 2000))) for i in range(12)]
+    total = f"{sum(p for _, p in items) / 100:.2f}"
+    w, h = RECEIPT_SIZE
+    doc = pymupdf.open()
+    page = doc.new_page(width=w, height=h)
+    page.insert_text((40, 36), shop, fontsize=13, fontname="hebo")
+    page.insert_text((20, 62), f"Date {date}", fontsize=10, fontname="cour")
+    y = 90.0
+    for name, price in items:
+        page.insert_text((20, y), name, fontsize=10, fontname="cour")
+        page.insert_text((160, y), f"{price / 100:.2f}", fontsize=10, fontname="cour")
+        y += 20
+    y += 10
+    page.insert_text((20, y), "TOTAL", fontsize=12, fontname="cobo")
+    page.insert_text((150, y), total, fontsize=12, fontname="cobo")
+    pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+    gray = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width).copy()
+    doc.close()
+    speckle = rng.normal(0, noise, gray.shape).astype(np.int16)
+    gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
+
+    def box(x0: float, y0: float, x1: float, y1: float) -> list[float]:
+        return [round(x0 / w, 4), round(y0 / h, 4), round(x1 / w, 4), round(y1 / h, 4)]
+
+    regions = (
+        {"name": "shop", "page": 1, "bbox": box(10, 18, 217, 44)},
+        {"name": "date", "page": 1, "bbox": box(10, 50, 217, 68)},
+        {"name": "total", "page": 1, "bbox": box(140, y - 16, 222, y + 6)},
+    )
+    return ReceiptSample(
+        data=encode_image(gray, "png", dpi=dpi),
+        regions=regions,
+        fields={"shop": shop, "date": f"Date {date}", "total": total},
+    )

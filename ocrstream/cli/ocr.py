@@ -9,6 +9,9 @@ next inputs are split), and each input's output is written as soon as its last p
 with ``--output DIR``, standard output without (one JSON document per line when there are
 several inputs; text pages are separated by form feeds, as tesseract does). ``--mode layout``
 adds each page's blocks (document.json) and gives ``--format markdown`` its structure.
+``--regions FILE.json`` reads only the named boxes it lists (or ``{"template": NAME}`` from
+``OCRSTREAM_SPLITTER_REGION_TEMPLATES``; :mod:`ocrstream.processors.regions`) and adds
+``fields`` to document.json.
 
 The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
 engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).
@@ -26,7 +29,8 @@ from typing import Any, TextIO
 import click
 
 from ocrstream.errors import OcrstreamError, PoisonError
-from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR
+from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR, RegionsPage
+from ocrstream.processors.regions import Region, for_page
 from ocrstream.settings import LimitsSettings, OcrBackend, OcrSettings
 
 
@@ -63,6 +67,13 @@ class _Doc:
             "engine": engine.to_dict(),
             "pages": [self.pages[n].to_dict(n) for n in sorted(self.pages)],
         }
+        fields: dict[str, Any] = {}
+        for n in sorted(self.pages):
+            for found in self.pages[n].fields or ():
+                if found.name not in fields or (found.text and not fields[found.name]["text"]):
+                    fields[found.name] = found.to_dict(n)
+        if fields:
+            out["fields"] = fields
         if self.error_code is not None:
             out["error"] = {"code": self.error_code, "message": self.error_message or ""}
         return out
@@ -95,7 +106,7 @@ def _page_text(page: PageOCR) -> str:
 class _Job:
     doc: _Doc
     page_no: int
-    data: bytes | LayoutPage
+    data: bytes | LayoutPage | RegionsPage
 
 
 # How long the first pages split wait for more to fill a batch while the engine is idle.
@@ -147,6 +158,12 @@ def make_engine(settings: OcrSettings) -> Any:
 @click.option("--threads", type=int, help="Inference threads.")
 @click.option("--dpi", type=int, default=300, show_default=True, help="PDF render resolution.")
 @click.option(
+    "--regions",
+    "regions_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Key-field mode: read only the named boxes in this JSON file (fields in the JSON).",
+)
+@click.option(
     "--batch",
     type=int,
     default=8,
@@ -165,8 +182,10 @@ def ocr(
     threads: int | None,
     dpi: int,
     batch: int,
+    regions_file: Path | None,
 ) -> None:
     """Recognise the text of images and PDFs."""
+    regions = _load_regions(regions_file) if regions_file is not None else None
     overrides: dict[str, Any] = {
         key: value
         for key, value in (
@@ -189,7 +208,8 @@ def ocr(
     writer = _Writer(engine.info, fmt, output, several=len(docs) > 1)
     failed = 0
     try:
-        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode):
+        run = _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode, regions)
+        for doc in run:
             writer.write(doc)
             if doc.status == "failed":
                 failed += 1
@@ -204,6 +224,18 @@ def ocr(
         sys.exit(2)
     if failed:
         sys.exit(1)
+
+
+def _load_regions(path: Path) -> tuple[Region, ...]:
+    from ocrstream.processors.regions import parse_regions
+    from ocrstream.settings import SplitterSettings
+    from ocrstream.streams.splitter import _templates
+
+    try:
+        spec = path.read_text("utf-8")
+        return parse_regions(spec, _templates(SplitterSettings().region_templates))
+    except (OSError, OcrstreamError) as e:
+        raise click.UsageError(f"--regions {path}: {e}") from e
 
 
 def _doc_ids(files: Sequence[Path]) -> list[str]:
@@ -226,6 +258,7 @@ def _run(
     skip_text: bool,
     batch: int,
     mode: str = "text",
+    regions: tuple[Region, ...] | None = None,
 ) -> Iterator[_Doc]:
     """Every document, finished, in input order. The engine reads the pages already split, in
     batches across files, while the next pages are split; a page that breaks the engine fails
@@ -247,7 +280,8 @@ def _run(
     )
     with batcher:
         for doc in docs:
-            for job in _split(doc, limits, dpi, skip_text, layout=mode == "layout"):
+            jobs = _split(doc, limits, dpi, skip_text, layout=mode == "layout", regions=regions)
+            for job in jobs:
                 while not batcher.submit(job, job.data, timeout=0.1):
                     yield from answer(batcher.poll())  # full: take what is done meanwhile
                 yield from answer(batcher.poll())
@@ -259,14 +293,21 @@ def _run(
 
 
 def _split(
-    doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool, *, layout: bool = False
+    doc: _Doc,
+    limits: LimitsSettings,
+    dpi: int,
+    skip_text: bool,
+    *,
+    layout: bool = False,
+    regions: tuple[Region, ...] | None = None,
 ) -> Iterator[_Job]:
     """The pages of one input that need OCR; the others are answered on ``doc`` directly."""
     from ocrstream.processors.layout.structure import text_layer_blocks
     from ocrstream.processors.split import iter_pages
 
     try:
-        for page in iter_pages(doc.path, None, limits, dpi, use_text_layer=skip_text):
+        use_text_layer = skip_text and regions is None
+        for page in iter_pages(doc.path, None, limits, dpi, use_text_layer=use_text_layer):
             doc.page_count = page.page_count
             if page.error_code is not None:
                 doc.pages[page.page_no] = PageOCR(
@@ -287,6 +328,9 @@ def _split(
                     if layout
                     else None,
                 )
+            elif regions is not None:
+                data = RegionsPage(page.data, for_page(regions, page.page_no))
+                yield _Job(doc, page.page_no, data)
             else:
                 yield _Job(doc, page.page_no, LayoutPage(page.data) if layout else page.data)
     except PoisonError as e:

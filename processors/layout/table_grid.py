@@ -8,7 +8,9 @@
 3. The structure is unusable — :func:`cells_from_structure` returns None and the caller falls
    back to cells from line geometry — when the model ran out of steps before its end token
    (a table longer than it can write, 500 rows say), when tokens and boxes disagree, when it
-   found no cell, or when most of the table's lines fall in no cell at all.
+   found no cell, when most of the table's lines fall in no cell at all, or when it has far
+   fewer rows than the lines do (:data:`MIN_ROW_SHARE`: a long table squeezed into the model's
+   488 pixels comes back as a few big cells).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from ocrstream.processors.ocr.types import Line
 
 #: Share of the table's lines that may fall in no cell before the structure is not trusted.
 MAX_STRAY = 0.5
+#: The model's rows at least this share of the rows the table's lines form.
+MIN_ROW_SHARE = 0.5
 _OPEN = ("<td", "<td></td>", "<td>")
 
 
@@ -124,6 +128,9 @@ def cells_from_structure(
         members[best].append(i)
     if idx and stray > MAX_STRAY * len(idx):
         return None
+    rows = max(g.row + g.rowspan for g in grid)
+    if rows < MIN_ROW_SHARE * len(_line_rows(idx, boxes)):
+        return None
     out = []
     for g, cell_box, inside in zip(grid, placed, members, strict=True):
         text = " ".join(lines[j].text.strip() for j in _reading(inside, boxes))
@@ -132,8 +139,12 @@ def cells_from_structure(
 
 
 def _reading(idx: Sequence[int], boxes: Sequence[BBox]) -> list[int]:
-    """Lines of one cell in reading order: rows (vertical overlap of half a line) top to
-    bottom, each left to right."""
+    """Lines of one cell in reading order: rows top to bottom, each left to right."""
+    return [i for row in _line_rows(idx, boxes) for i in sorted(row, key=lambda j: boxes[j][0])]
+
+
+def _line_rows(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
+    """Lines grouped into rows: vertical overlap of half a line, top to bottom."""
     rows: list[list[int]] = []
     for i in sorted(idx, key=lambda j: (boxes[j][1] + boxes[j][3]) / 2):
         y0, y1 = boxes[i][1], boxes[i][3]
@@ -143,4 +154,4 @@ def _reading(idx: Sequence[int], boxes: Sequence[BBox]) -> list[int]:
                 rows[-1].append(i)
                 continue
         rows.append([i])
-    return [i for row in rows for i in sorted(row, key=lambda j: boxes[j][0])]
+    return rows
