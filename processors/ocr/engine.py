@@ -23,6 +23,7 @@ buffers. A lock makes concurrent callers take turns.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -437,8 +438,14 @@ class OcrEngine:
 
     def _detect(self, pages: list[_Page]) -> None:
         params = self.det_params
+        # A key-field crop is detected at its page's scale: enlarging a one-line crop to the
+        # detector's minimum side would cost it as much as a whole page.
+        native = dataclasses.replace(params, min_side=32)
         images = [p.image for p in pages if p.image is not None]
-        shapes = [det_mod.det_shape(img.shape[0], img.shape[1], params) for img in images]
+        shapes = [
+            det_mod.det_shape(img.shape[0], img.shape[1], native if p.one_line_rows else params)
+            for p, img in zip([p for p in pages if p.image is not None], images, strict=True)
+        ]
         for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])

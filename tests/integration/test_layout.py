@@ -172,3 +172,42 @@ def test_ocrstream_run_layout_reads_a_scanned_report_into_markdown_with_its_span
     assert cells == set(sample.cells)
     assert all(len(c["bbox"]) == 4 for c in block["cells"])
     assert block["html"] == table
+
+
+def test_key_field_regions_come_back_as_fields_by_boxes_or_template(
+    stack: Factory, topics: KafkaSettings, s3_settings: S3Settings, tmp_path: Path
+) -> None:
+    """A receipt submitted with named boxes, another with a template the splitter knows: only
+    those regions are read, and document.json has their fields."""
+    templates = tmp_path / "templates.json"
+    second = samples.receipt(seed=1)
+    templates.write_text(json.dumps({"till-receipt": list(second.regions)}))
+    pipeline, witness = stack(
+        engine="real",
+        env={"OCRSTREAM_OCR_THREADS": "2", "OCRSTREAM_SPLITTER_REGION_TEMPLATES": str(templates)},
+    )
+    pipeline.start()
+    first = samples.receipt(seed=2)
+    client = OcrClient(topics, s3_settings)
+    by_boxes = client.submit(first.data, regions=list(first.regions))
+    by_template = client.submit(second.data, regions={"template": "till-receipt"})
+    unknown = client.submit(second.data, regions={"template": "no-such-template"})
+    plain = client.submit(first.data)
+    assert len({by_boxes, by_template, unknown, plain}) == 4  # regions are part of the doc_id
+    witness.wait_done([by_boxes, by_template, unknown, plain], timeout_s=240, pipeline=pipeline)
+    events = assert_exactly_once(witness, [by_boxes, by_template, unknown, plain])
+    assert events[unknown].status.value == "failed"
+    assert events[unknown].error is not None
+    assert events[unknown].error.code == "invalid_regions"
+
+    for doc_id, sample in ((by_boxes, first), (by_template, second)):
+        got = client.download(doc_id, tmp_path / doc_id)
+        doc = json.loads(got["json"].read_text())
+        assert {name: f["text"] for name, f in doc["fields"].items()} == sample.fields
+        assert all(f["page"] == 1 and f["confidence"] > 0.5 for f in doc["fields"].values())
+        # Only the regions were read: three rows of text, not the receipt's fifteen.
+        assert len(doc["pages"][0]["lines"]) == 3
+    full = json.loads(client.download(plain, tmp_path / "plain")["json"].read_text())
+    assert "fields" not in full
+    assert len(full["pages"][0]["lines"]) > 10
+    client.close()
