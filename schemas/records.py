@@ -183,7 +183,7 @@ class Block(_Avro):
     text: str = ""
     html: str | None = None
     cells: tuple[Cell, ...] = ()
-    source: str | None = None  # tables: model | geometry
+    source: str | None = None  # tables: model | rules | geometry
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +249,8 @@ class PageTask(_Avro):
     priority: int = 0
     tenant: str = ""
     mode: str = "text"
+    text_layer_rules: tuple[tuple[float, ...], ...] = ()  # with text_layer: vector rules, px
+    text_layer_images: tuple[tuple[float, ...], ...] = ()  # with text_layer: image boxes, px
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,7 +161,13 @@ def text_layer_result(task: PageTask, *, worker_id: str = "") -> PageResult:
             OcrLine(line.text, line.confidence, tuple((p.x, p.y) for p in line.polygon))  # type: ignore[arg-type]
             for line in lines
         ]
-        found = text_layer_blocks(page_lines, task.width, task.height)
+        found = text_layer_blocks(
+            page_lines,
+            task.width,
+            task.height,
+            rules=[_box(r) for r in task.text_layer_rules if len(r) == 4],
+            images=[_box(r) for r in task.text_layer_images if len(r) == 4],
+        )
         blocks = tuple(block_record(b) for b in found)
     return PageResult(
         status=PageStatus.OK if lines else PageStatus.EMPTY,
@@ -229,3 +235,8 @@ def block_record(block: PageBlock) -> Block:
         ),
         source=block.source,
     )
+
+
+def _box(values: tuple[float, ...]) -> tuple[float, float, float, float]:
+    x0, y0, x1, y1 = (float(v) for v in values)
+    return x0, y0, x1, y1

@@ -151,6 +151,8 @@ def page_task(
         tenant=scan.tenant,
         mode=scan.mode,
         options=options,
+        text_layer_rules=page.text_rules if page.text_lines is not None else (),
+        text_layer_images=page.text_images if page.text_lines is not None else (),
     )
 
 

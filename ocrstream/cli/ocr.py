@@ -324,7 +324,9 @@ def _split(
                     height=page.height,
                     lines=page.text_lines,
                     status="ok" if page.text_lines else "empty",
-                    blocks=text_layer_blocks(page.text_lines, page.width, page.height)
+                    blocks=text_layer_blocks(
+                        page.text_lines, page.width, page.height, page.text_rules, page.text_images
+                    )
                     if layout
                     else None,
                 )

@@ -3,8 +3,9 @@
 A :class:`Block` is a region of the page with a type, its box in page pixels, the indices of
 the page's OCR lines inside it (into ``lines`` of the same page) and its text; a table block
 also has its ``cells``, an ``html`` rendering (``rowspan``/``colspan`` where cells span) and
-its ``source``: ``model`` when the cells are the table-structure model's, ``geometry`` when they
-were derived from the lines' positions (no model output, or none usable).
+its ``source``: ``model`` when the cells are the table-structure model's, ``rules`` when they are
+a born-digital page's ruled cells, ``geometry`` when they were derived from the lines'
+positions (no model output, or none usable).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class Block:
     text: str = ""
     html: str | None = None
     cells: tuple[Cell, ...] = ()
-    source: str | None = None  # tables: model | geometry
+    source: str | None = None  # tables: model | rules | geometry
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from ocrstream.processors.layout.blocks import BBox, Block, Cell
 from ocrstream.processors.layout.model import Detection
-from ocrstream.processors.layout.table_grid import cells_from_structure
-from ocrstream.processors.layout.table_model import TableStructure
+from ocrstream.processors.layout.ruled import ruled_tables
+from ocrstream.processors.layout.table_grid import GridCell, fill_cells
 from ocrstream.processors.ocr.types import Line
 
 #: CDLA class → block type (title is refined into title or heading).
@@ -60,9 +60,10 @@ _CONTAINERS = ("table", "figure", "equation")
 
 log = logging.getLogger(__name__)
 
-#: What the table model read in a detected table region (the detection's index): the
-#: structure and the crop's top-left on the page.
-TableReadings = Mapping[int, tuple[TableStructure, tuple[float, float]]]
+#: The grid of a detected table region (by the detection's index) with cell boxes in page
+#: pixels: the table model's reading, or a born-digital page's ruled cells; None where the
+#: model's answer was unusable.
+TableReadings = Mapping[int, Sequence[GridCell] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +102,11 @@ def build_blocks(
     width: int,
     height: int,
     tables: TableReadings | None = None,
+    grid_source: str = "model",
 ) -> tuple[Block, ...]:
-    """The page's blocks in reading order; see the module docstring. ``tables``: the table
-    model's reading of detected table regions, by detection index."""
+    """The page's blocks in reading order; see the module docstring. ``tables``: the grids of
+    detected table regions, by detection index; ``grid_source`` what they came from (the
+    block's ``source``: ``model``, or ``rules`` for a born-digital page's ruled tables)."""
     regions = [_Region(CDLA_TYPES.get(d.label, "text"), d.bbox, d.score) for d in detections]
     boxes = [line_box(line) for line in lines]
     members: list[list[int]] = [[] for _ in regions]
@@ -123,17 +126,12 @@ def build_blocks(
         bbox = _union([region_box, *(boxes[i] for i in ordered)]) if ordered else region_box
         kind = _position_type(kind, bbox, ordered, lines, height)
         if kind == "table":
-            reading = (tables or {}).get(region)
-            cells = None
-            if reading is not None:
-                cells = cells_from_structure(reading[0], reading[1], ordered, boxes, lines)
-                if cells is None:
-                    log.info(
-                        "table structure unusable (%d tokens, complete=%s): cells from geometry",
-                        len(reading[0].tokens),
-                        reading[0].complete,
-                    )
-            source = "model" if cells is not None else "geometry"
+            grid = (tables or {}).get(region)
+            cells = None if grid is None else fill_cells(grid, ordered, boxes, lines)
+            if cells is None and region in (tables or {}):
+                why = "no grid" if grid is None else f"{len(grid)} cells misfit the lines"
+                log.info("table structure unusable (%s): cells from geometry", why)
+            source = grid_source if cells is not None else "geometry"
             if cells is None:
                 cells = table_cells(ordered, boxes, lines)
             text = "\n".join(" ".join(c.text for c in row) for row in _rows_of(cells))
@@ -150,11 +148,24 @@ def build_blocks(
     return tuple(blocks[i] for i in reading_order(cores, [b.type for b in blocks]))
 
 
-def text_layer_blocks(lines: Sequence[Line], width: int, height: int) -> tuple[Block, ...]:
-    """The blocks of a born-digital page from its own text lines, without a model: lines
-    grouped into paragraphs by position and letter size (font size), big letters as headings
-    and the title, headers and footers by position, the same reading order."""
-    return build_blocks((), lines, width, height)
+def text_layer_blocks(
+    lines: Sequence[Line],
+    width: int,
+    height: int,
+    rules: Sequence[BBox] = (),
+    images: Sequence[BBox] = (),
+) -> tuple[Block, ...]:
+    """The blocks of a born-digital page from its own text lines and drawing, without a
+    model: lines grouped into paragraphs by position and letter size (font size), big letters
+    as headings and the title, headers and footers by position, the same reading order; ruled
+    tables from its vector ``rules`` (:mod:`.ruled`, cells with spans, ``source`` ``rules``)
+    and figures where its ``images`` are drawn (boxes in page pixels)."""
+    regions = [Detection("figure", 1.0, box) for box in images if _area(box) > 0]
+    grids: dict[int, Sequence[GridCell] | None] = {}
+    for table in ruled_tables(rules):
+        grids[len(regions)] = table.cells
+        regions.append(Detection("table", 1.0, table.bbox))
+    return build_blocks(regions, lines, width, height, grids, grid_source="rules")
 
 
 def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:

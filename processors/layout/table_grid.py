@@ -99,6 +99,20 @@ def _shift(box: BBox, dx: float, dy: float) -> BBox:
     return box[0] + dx, box[1] + dy, box[2] + dx, box[3] + dy
 
 
+def grid_from_structure(
+    structure: TableStructure, origin: tuple[float, float]
+) -> list[GridCell] | None:
+    """The model's grid with cell boxes in page pixels (``origin``: the crop's top-left on the
+    page); None when it ran out of steps or its tokens are malformed."""
+    if not structure.complete:
+        return None
+    grid = parse_structure(structure.tokens, structure.boxes)
+    if grid is None:
+        return None
+    dx, dy = origin
+    return [GridCell(g.row, g.col, g.rowspan, g.colspan, _shift(g.bbox, dx, dy)) for g in grid]
+
+
 def cells_from_structure(
     structure: TableStructure,
     origin: tuple[float, float],
@@ -109,13 +123,19 @@ def cells_from_structure(
     """The table's cells with text from its lines (``idx`` into ``lines``, ``boxes`` their
     boxes in page pixels); ``origin`` is the crop's top-left on the page. None when the
     structure is unusable (module docstring, step 3)."""
-    if not structure.complete:
+    grid = grid_from_structure(structure, origin)
+    return None if grid is None else fill_cells(grid, idx, boxes, lines)
+
+
+def fill_cells(
+    grid: Sequence[GridCell], idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]
+) -> tuple[Cell, ...] | None:
+    """Cells of a grid (boxes in page pixels: the model's, or a born-digital page's ruled
+    cells) with the text of the lines in them; None when the grid does not fit the lines
+    (module docstring, step 3)."""
+    if not grid:
         return None
-    grid = parse_structure(structure.tokens, structure.boxes)
-    if grid is None:
-        return None
-    dx, dy = origin
-    placed = [_shift(g.bbox, dx, dy) for g in grid]
+    placed = [g.bbox for g in grid]
     members: list[list[int]] = [[] for _ in grid]
     stray = 0
     for i in idx:

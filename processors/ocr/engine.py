@@ -39,7 +39,8 @@ from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks
-from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructure, TableStructureModel
+from ocrstream.processors.layout.table_grid import GridCell, grid_from_structure
+from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureModel
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
@@ -93,7 +94,7 @@ class _Page:
     layout: bool = False
     one_line_rows: bool = False  # a key-field crop: each row of boxes read as one line
     regions: list[Detection] = field(default_factory=list)
-    tables: dict[int, tuple[TableStructure, tuple[float, float]]] = field(default_factory=dict)
+    tables: dict[int, list[GridCell] | None] = field(default_factory=dict)
     ms: dict[str, float] = field(
         default_factory=lambda: {"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0}
     )
@@ -365,7 +366,7 @@ class OcrEngine:
         found = self._tables.read(crops)
         share = (time.perf_counter() - start) * 1000 / len(crops)
         for (page, n, origin), structure in zip(owners, found, strict=True):
-            page.tables[n] = (structure, origin)
+            page.tables[n] = grid_from_structure(structure, origin)
             page.ms["table"] = page.ms.get("table", 0.0) + share
 
     def _fix_orientation(self, pages: list[_Page]) -> None:

@@ -110,24 +110,34 @@ def _html_cells(html: str) -> list[tuple[int, str, str]]:
 def test_ocrstream_run_layout_reads_a_scanned_report_into_markdown_with_its_spanning_table(
     stack: Factory, topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path
 ) -> None:
-    """Two scanned pages (a title and two columns; a heading, a table with a rowspan and a
-    colspan, a picture, page numbers) through ``ocrstream run --mode layout``."""
+    """Two pages (a title and two columns; a heading, a table with a rowspan and a colspan, a
+    picture, page numbers) scanned, and born digital, through one ``ocrstream run --mode
+    layout --text-layer``: the same Markdown from both, the digital one without OCR (its
+    table from the PDF's rules, its figure where its image is drawn)."""
     pipeline, _ = stack(engine="real", env={"OCRSTREAM_OCR_THREADS": "2"})
     pipeline.start()
     sample = samples.structured_scan_pdf()
     scan = tmp_path / "report.pdf"
     scan.write_bytes(sample.data)
+    digital = tmp_path / "digital.pdf"
+    digital.write_bytes(samples.structured_pdf().data)
     env = {**os.environ, "OCRSTREAM_TOPIC_PREFIX": topics.topic_prefix,
            "OCRSTREAM_S3_BUCKET": object_store.bucket}  # fmt: skip
     out = tmp_path / "out"
     subprocess.run(
-        [sys.executable, "-m", "ocrstream", "run", str(scan), "--output", str(out),
-         "--mode", "layout", "--no-infra", "--no-agents", "--timeout", "300"],
+        [sys.executable, "-m", "ocrstream", "run", str(scan), str(digital), "--output", str(out),
+         "--mode", "layout", "--text-layer", "--no-infra", "--no-agents", "--timeout", "300"],
         env=env, check=True, capture_output=True, timeout=360,
     )  # fmt: skip
-    [summary] = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed", summary
-    folder = out / "report"
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["status"] for s in summary] == ["completed", "completed"], summary
+    for name, source in (("report", "model"), ("digital", "rules")):
+        _assert_structured(out / name, sample, source)
+    digital_doc = json.loads((out / "digital" / "document.json").read_text())
+    assert digital_doc["engine"]["backend"] == "text-layer"  # no OCR
+
+
+def _assert_structured(folder: Path, sample: samples.StructuredSample, source: str) -> None:
     md = (folder / "document.md").read_text()
     parts = md.split("\n\n")
 
@@ -165,9 +175,9 @@ def test_ocrstream_run_layout_reads_a_scanned_report_into_markdown_with_its_span
     assert abs(crop.shape[0] - (y1 - y0)) <= 2
     assert 0.3 * page["width"] < crop.shape[1] < 0.8 * page["width"]
 
-    # document.json: the table block's cells, exactly per the contract, from the model.
+    # document.json: the table block's cells, exactly per the contract, and where from.
     (block,) = [b for b in page["blocks"] if b["type"] == "table"]
-    assert block["source"] == "model"
+    assert block["source"] == source
     cells = {(c["row"], c["col"], c["rowspan"], c["colspan"], c["text"]) for c in block["cells"]}
     assert cells == set(sample.cells)
     assert all(len(c["bbox"]) == 4 for c in block["cells"])

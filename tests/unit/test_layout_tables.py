@@ -8,7 +8,11 @@ import pymupdf
 
 from ocrstream.processors.layout.blocks import BBox, table_html
 from ocrstream.processors.layout.structure import build_blocks
-from ocrstream.processors.layout.table_grid import cells_from_structure, parse_structure
+from ocrstream.processors.layout.table_grid import (
+    cells_from_structure,
+    grid_from_structure,
+    parse_structure,
+)
 from ocrstream.processors.layout.table_model import (
     SLANET_PLUS,
     TableStructure,
@@ -91,7 +95,7 @@ def test_an_unusable_structure_falls_back_to_geometry_and_says_so() -> None:
     lines = [_line(t, b) for t, b in zip("abcd", boxes, strict=True)]
     table = Detection("table", 0.9, (0, 0, 100, 50))
     cut = TableStructure(("<tr>", "<td></td>"), ((0, 0, 100, 50),), complete=False, score=0.5)
-    (block,) = build_blocks([table], lines, 1000, 1000, {0: (cut, (0.0, 0.0))})
+    (block,) = build_blocks([table], lines, 1000, 1000, {0: grid_from_structure(cut, (0, 0))})
     assert block.source == "geometry"
     assert block.to_dict()["source"] == "geometry"
     assert [(c.row, c.col, c.text) for c in block.cells] == [
