@@ -10,8 +10,10 @@ as eight numbers relative to the padded square.
 Its two outputs (boxes N × T × 8, token probabilities N × T × 50) become one, as every
 backend's session returns one output: a copy with a Concat on the last axis (N × T × 58) is
 made once into ``engine_cache_dir/models``. The decoder is an ONNX ``Loop``, which OpenVINO
-2026.4 cannot convert; on such a backend the model runs on onnxruntime on the same device
-(the engine's other models stay where they are).
+2026.4 cannot convert (and a backend that converts graphs to its own may not either): on a
+backend that cannot load it the model runs on onnxruntime on the same device —
+onnxruntime-gpu's CUDA provider on a GPU, never the CPU instead — and the engine's other
+models stay where they are.
 
 Decoding to tokens and boxes is here; tokens to cells is :mod:`.table_grid` (pure).
 """
@@ -171,14 +173,21 @@ class TableStructureModel:
             raise FatalError(f"{path}: no 'character' metadata", code="model_invalid")
         self.vocab = vocabulary(chars.split("\n"))
         backend = backend or create(settings)
-        if backend.name == "openvino":  # cannot convert the decoder's Loop (module docstring)
-            backend = create(settings.model_copy(update={"backend": OcrBackend.ONNXRUNTIME}))
         shape = (BATCH, 3, SIDE, SIDE)
         options = session_options(
             settings, min_shape=(1, 3, SIDE, SIDE), opt_shape=shape, max_shape=shape
         )
         model = single_output_model(path, settings.engine_cache_dir)
-        self._session: InferSession = backend.load(model, "cls", options)
+        try:
+            if backend.name == "openvino":  # known not to convert the decoder's Loop
+                raise FatalError("openvino cannot convert the table model's Loop")
+            self._session: InferSession = backend.load(model, "cls", options)
+        except FatalError as e:
+            if backend.name in ("onnxruntime", "onnxruntime-gpu"):
+                raise
+            log.info("table model on onnxruntime (same device): %s", e)
+            backend = create(settings.model_copy(update={"backend": OcrBackend.ONNXRUNTIME}))
+            self._session = backend.load(model, "cls", options)
         self.backend = backend.name
         log.info("table model ready: %s on %s", SLANET_PLUS.relpath, backend.name)
 

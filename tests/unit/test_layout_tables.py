@@ -139,3 +139,21 @@ def test_the_engine_reads_a_scanned_table_with_its_spanning_cells() -> None:
     html = table.to_dict()["html"]
     assert '<td rowspan="2">Region</td><td colspan="2">Sales</td>' in html
     assert "table" in page.timings_ms
+
+
+class _Refuses:
+    """A backend that cannot convert the model (as a graph compiler may refuse its Loop)."""
+
+    name = "torch"
+
+    def load(self, model_path: object, kind: object, options: object) -> object:
+        from ocrstream.errors import FatalError
+
+        raise FatalError("cannot convert Loop")
+
+
+def test_a_backend_that_cannot_load_the_table_model_hands_it_to_onnxruntime() -> None:
+    model = TableStructureModel(SETTINGS, _Refuses())  # type: ignore[arg-type]
+    assert model.backend == "onnxruntime"  # the CPU here; onnxruntime-gpu on a GPU
+    openvino = TableStructureModel(OcrSettings(backend="openvino", threads=2))
+    assert openvino.backend == "onnxruntime"

@@ -181,3 +181,22 @@ def test_layout_mode_on_a_text_layer_page_gives_blocks_without_ocr(cli: CliRunne
         ("text", "Born digital text layer 4711")
     ]
     assert pages[1]["blocks"]  # the scanned page went through the engine and the model
+
+
+def test_regions_read_only_the_named_boxes_into_fields(cli: CliRunner, tmp_path: Path) -> None:
+    from tests.samples import receipt
+
+    sample = receipt(seed=4)
+    path = tmp_path / "receipt.png"
+    path.write_bytes(sample.data)
+    spec = tmp_path / "fields.json"
+    spec.write_text(json.dumps(list(sample.regions)))
+    result = cli.invoke(main, ["--log-level", "WARNING", "ocr", str(path), "--regions", str(spec)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {name: f["text"] for name, f in doc["fields"].items()} == sample.fields
+    assert len(doc["pages"][0]["lines"]) == 3
+    spec.write_text(json.dumps({"template": "nope"}))
+    bad = cli.invoke(main, ["ocr", str(path), "--regions", str(spec)])
+    assert bad.exit_code == 2
+    assert "unknown regions template 'nope'" in bad.output
