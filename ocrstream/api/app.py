@@ -32,6 +32,8 @@ from ocrstream.api.book import DocumentBook
 from ocrstream.api.keys import KeyFile
 from ocrstream.client import OcrClient
 from ocrstream.errors import InvalidDocIdError, OcrstreamError, PoisonError, RetriableError
+from ocrstream.processors.regions import OPTION as REGIONS_OPTION
+from ocrstream.processors.regions import InvalidRegionsError, parse_regions
 from ocrstream.processors.split import sniff
 from ocrstream.schemas.records import (
     DEFAULT_OUTPUTS,
@@ -84,6 +86,7 @@ class SourceUri(BaseModel):
     outputs: list[str] = list(DEFAULT_OUTPUTS)
     priority: int = 0
     attributes: dict[str, str] = {}
+    regions: Any = None  # key-field mode: named boxes, or {"template": NAME}
 
 
 def tenant_of(request: Request) -> str:
@@ -102,7 +105,9 @@ def tenant_of(request: Request) -> str:
 Tenant = Annotated[str, Depends(tenant_of)]
 
 
-def _options(mode: str, outputs: list[str], priority: int, attributes: Any) -> tuple[Any, ...]:
+def _options(
+    mode: str, outputs: list[str], priority: int, attributes: Any, regions: Any = None
+) -> tuple[Any, ...]:
     if mode not in MODES:
         raise HTTPException(422, f"mode must be one of {MODES}")
     if not outputs or not set(outputs) <= set(DOCUMENT_FORMATS):
@@ -113,7 +118,17 @@ def _options(mode: str, outputs: list[str], priority: int, attributes: Any) -> t
         raise HTTPException(422, "attributes must be an object of strings")
     if not -1000 <= priority <= 1000:
         raise HTTPException(422, "priority must be -1000..1000")
-    return tuple(dict.fromkeys(outputs)), priority, attributes, mode
+    reading: dict[str, str] = {}
+    if regions is not None:
+        try:
+            if isinstance(regions, str):
+                regions = json.loads(regions)
+            if not (isinstance(regions, dict) and "template" in regions):
+                parse_regions(regions)  # boxes are checked here; a template by the splitter
+        except (ValueError, InvalidRegionsError) as e:
+            raise HTTPException(422, f"regions: {e}") from e
+        reading[REGIONS_OPTION] = json.dumps(regions, separators=(",", ":"), sort_keys=True)
+    return tuple(dict.fromkeys(outputs)), priority, attributes, mode, reading
 
 
 def create_app(
@@ -188,7 +203,7 @@ def create_app(
     async def publish(doc_id: str, tenant: str, source: ScanSource, media_type: str,
                       sha256: str, size: int, options: tuple[Any, ...],
                       filename: str | None) -> Accepted:  # fmt: skip
-        outputs, priority, attributes, mode = options
+        outputs, priority, attributes, mode, reading = options
         now = utc_now()
         record = {"doc_id": doc_id, "tenant": tenant, "submitted_at": now.isoformat(),
                   "filename": filename, "content_type": media_type, "size_bytes": size,
@@ -205,6 +220,7 @@ def create_app(
             doc_id=doc_id, source=source, content_type=media_type, sha256=sha256,
             size_bytes=size, submitted_at=now, tenant=tenant, priority=priority,
             outputs=outputs, attributes=attributes, trace_id=uuid.uuid4().hex, mode=mode,
+            options=reading,
         )  # fmt: skip
         await anyio.to_thread.run_sync(client.publish, scan)
         log.info("accepted %s for tenant %s (%d bytes, %s)", doc_id, tenant, size, media_type)
@@ -217,13 +233,14 @@ def create_app(
                 "properties": {"file": {"type": "string", "format": "binary"},
                                "mode": {"type": "string"}, "outputs": {"type": "string"},
                                "priority": {"type": "integer"},
-                               "attributes": {"type": "string"}}}},
+                               "attributes": {"type": "string"},
+                               "regions": {"type": "string"}}}},
             "application/json": {"schema": SourceUri.model_json_schema()}}}},
     )  # fmt: skip
     async def submit(request: Request, tenant: Tenant) -> Accepted:
         """Submit a document: a multipart ``file`` (streamed to the store) or JSON
         ``{"source_uri": "s3://…"}``. ``outputs`` in a form is comma-separated, ``attributes``
-        a JSON object."""
+        a JSON object, ``regions`` (key-field mode) JSON: named boxes or a template."""
         content_type = request.headers.get("content-type", "")
         doc_id = uuid.uuid4().hex
         if content_type.startswith("application/json"):
@@ -256,7 +273,8 @@ def create_app(
                 raise HTTPException(422, f"bad form field: {e}") from e
             outputs = [o.strip() for o in (fields.get("outputs") or ",".join(DEFAULT_OUTPUTS))
                        .split(",") if o.strip()]  # fmt: skip
-            options = _options(fields.get("mode") or "text", outputs, priority, attributes)
+            options = _options(fields.get("mode") or "text", outputs, priority, attributes,
+                               fields.get("regions"))  # fmt: skip
         except HTTPException:
             await anyio.to_thread.run_sync(store.delete, stored.info.key)
             raise
@@ -268,7 +286,7 @@ def create_app(
             body = SourceUri.model_validate(await request.json())
         except ValueError as e:
             raise HTTPException(422, f"bad JSON body: {e}") from e
-        options = _options(body.mode, body.outputs, body.priority, body.attributes)
+        options = _options(body.mode, body.outputs, body.priority, body.attributes, body.regions)
         try:
             bucket, key = parse_s3_uri(body.source_uri)
         except OcrstreamError as e:
