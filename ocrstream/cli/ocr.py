@@ -11,7 +11,8 @@ several inputs; text pages are separated by form feeds, as tesseract does). ``--
 adds each page's blocks (document.json) and gives ``--format markdown`` its structure.
 ``--regions FILE.json`` reads only the named boxes it lists (or ``{"template": NAME}`` from
 ``OCRSTREAM_SPLITTER_REGION_TEMPLATES``; :mod:`ocrstream.processors.regions`) and adds
-``fields`` to document.json.
+``fields`` to document.json. With ``--mode layout --format markdown --output DIR`` the figure
+crops go to ``DIR/<stem>.figures/`` beside ``<stem>.md``, which links them.
 
 The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
 engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).
@@ -45,6 +46,7 @@ class _Doc:
     error_code: str | None = None
     error_message: str | None = None
     split_done: bool = False
+    figures: dict[str, bytes] = field(default_factory=dict)  # layout mode: crops by path
 
     @property
     def done(self) -> bool:
@@ -81,7 +83,7 @@ class _Doc:
     def text(self) -> str:
         return "\f".join(_page_text(self.pages[n]) for n in sorted(self.pages))
 
-    def markdown(self) -> str:
+    def markdown(self, figures_dir: str = "figures") -> str:
         from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
 
         pages = []
@@ -92,7 +94,17 @@ class _Doc:
             else:
                 lines = tuple(line.text for line in page.lines)
             pages.append(MarkdownPage(n, page.blocks, lines))
-        return render_markdown(pages)
+        return render_markdown(pages, figures_dir)
+
+    def crop(self, page_no: int, page: PageOCR, image: bytes) -> None:
+        """Keep the figure crops of a layout page (cut now: the page image is not kept)."""
+        from ocrstream.processors.figures import FigurePage, crop_figures
+        from ocrstream.processors.searchable_pdf import PageImage
+
+        if not page.blocks or not any(b.type == "figure" for b in page.blocks):
+            return
+        target = FigurePage(page_no, page.width, page.height, page.rotation, page.blocks)
+        self.figures.update(crop_figures([target], lambda _: PageImage(image, 0.0)))
 
 
 def _page_text(page: PageOCR) -> str:
@@ -271,6 +283,8 @@ def _run(
         nonlocal emitted
         for job, result in results:
             job.doc.pages[job.page_no] = result
+            if isinstance(job.data, LayoutPage) and isinstance(job.data.image, bytes):
+                job.doc.crop(job.page_no, result, job.data.image)
         while emitted < len(docs) and docs[emitted].done:
             yield docs[emitted]
             emitted += 1
@@ -319,7 +333,7 @@ def _split(
                     error_message=page.error_message,
                 )
             elif page.text_lines is not None:
-                doc.pages[page.page_no] = PageOCR(
+                doc.pages[page.page_no] = answered = PageOCR(
                     width=page.width,
                     height=page.height,
                     lines=page.text_lines,
@@ -330,6 +344,8 @@ def _split(
                     if layout
                     else None,
                 )
+                if layout:
+                    doc.crop(page.page_no, answered, page.data)
             elif regions is not None:
                 data = RegionsPage(page.data, for_page(regions, page.page_no))
                 yield _Job(doc, page.page_no, data)
@@ -361,12 +377,17 @@ class _Writer:
                 path.write_text(json.dumps(body, ensure_ascii=False, indent=2) + "\n", "utf-8")
         else:
             markdown = self.fmt == "markdown"
-            text = doc.markdown() if markdown else doc.text()
+            folder = f"{doc.doc_id}.figures"
+            text = doc.markdown(folder) if markdown else doc.text()
             if self.output is None:
                 self._stdout(text)
             else:
                 suffix = ".md" if markdown else ".txt"
                 (self.output / f"{doc.doc_id}{suffix}").write_text(text, "utf-8")
+                if markdown and doc.figures:
+                    (self.output / folder).mkdir(exist_ok=True)
+                    for crop, data in doc.figures.items():
+                        (self.output / folder / crop.removeprefix("figures/")).write_bytes(data)
 
     @staticmethod
     def _stdout(text: str, stream: TextIO | None = None) -> None:

@@ -158,7 +158,7 @@ def page_figures(page_no: int, blocks: Sequence[Block] | None) -> list[FigureRef
     return out
 
 
-def render_page(page: MarkdownPage) -> str:
+def render_page(page: MarkdownPage, figures_dir: str = "figures") -> str:
     parts = [f"<!-- page {page.page_no} -->"]
     if page.blocks is None:
         body = "\n".join(line for line in page.lines if line.strip())
@@ -171,7 +171,8 @@ def render_page(page: MarkdownPage) -> str:
                 x0, y0, x1, y1 = block.bbox
                 if min(x1 - x0, y1 - y0) >= MIN_FIGURE_SIDE:
                     ref = next(figures)
-                    parts.append(f"![Figure {ref.index}]({ref.path})")
+                    name = ref.path.removeprefix("figures/")
+                    parts.append(f"![Figure {ref.index}]({figures_dir}/{name})")
                 continue
             md = render_block(block, page.lines)
             if md is not None:
@@ -179,6 +180,7 @@ def render_page(page: MarkdownPage) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render_markdown(pages: Sequence[MarkdownPage]) -> str:
-    """The document: its pages in order, each after its page-break marker."""
-    return "\n".join(render_page(page) for page in pages)
+def render_markdown(pages: Sequence[MarkdownPage], figures_dir: str = "figures") -> str:
+    """The document: its pages in order, each after its page-break marker; figure links
+    point into ``figures_dir`` (relative to the Markdown file)."""
+    return "\n".join(render_page(page, figures_dir) for page in pages)

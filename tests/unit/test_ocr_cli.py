@@ -200,3 +200,22 @@ def test_regions_read_only_the_named_boxes_into_fields(cli: CliRunner, tmp_path:
     bad = cli.invoke(main, ["ocr", str(path), "--regions", str(spec)])
     assert bad.exit_code == 2
     assert "unknown regions template 'nope'" in bad.output
+
+
+def test_layout_markdown_to_a_folder_writes_the_figure_crops_it_links(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    from tests.samples import structured_pdf
+
+    path = tmp_path / "report.pdf"
+    path.write_bytes(structured_pdf().data)
+    out = tmp_path / "out"
+    args = ["--mode", "layout", "--skip-text", "--format", "markdown", "--dpi", "150"]
+    result = cli.invoke(main, ["ocr", str(path), *args, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    md = (out / "report.md").read_text()
+    assert "![Figure 1](report.figures/p2-1.png)" in md.split("\n")
+    assert '<td rowspan="2">Region</td>' in md
+    crop = cv2.imread(str(out / "report.figures" / "p2-1.png"))
+    assert crop is not None
+    assert crop.shape[1] > 300  # the picture, at 150 DPI
