@@ -17,6 +17,7 @@ The default doc_id is derived from the content and the requested outputs
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import time
@@ -28,6 +29,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
 from ocrstream.errors import PoisonError, RetriableError
+from ocrstream.processors.regions import OPTION as REGIONS_OPTION
+from ocrstream.processors.regions import parse_regions
 from ocrstream.processors.split import sniff
 from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import (
@@ -62,12 +65,17 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def content_doc_id(sha256: str, outputs: Sequence[str], mode: str = ParseMode.TEXT) -> str:
-    """The default doc_id: the same bytes asked for the same outputs in the same mode get the
-    same id (text mode's ids are those from before modes existed)."""
+def content_doc_id(
+    sha256: str, outputs: Sequence[str], mode: str = ParseMode.TEXT, regions: str | None = None
+) -> str:
+    """The default doc_id: the same bytes asked for the same outputs in the same mode (and
+    the same key-field regions) get the same id (text mode's ids are those from before modes
+    existed)."""
     key = f"{sha256}|{','.join(sorted(outputs))}|"  # the last field was languages: ids stay
     if mode != ParseMode.TEXT:
         key += f"|mode={mode}"
+    if regions is not None:
+        key += f"|regions={regions}"
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -118,13 +126,23 @@ class OcrClient:
         trace_id: str | None = None,
         timeout_s: float = 60.0,
         mode: str | None = None,
+        regions: Any = None,
     ) -> str:
         """Upload (or inline) the file and publish its ScanSubmitted; returns the doc_id once
         the record is acknowledged by the brokers.
 
         ``mode`` is ``text`` or ``layout`` (blocks in reading order, and ``document.md``);
-        None takes ``ClientSettings.mode`` (``OCRSTREAM_CLIENT_MODE``, default ``text``)."""
+        None takes ``ClientSettings.mode`` (``OCRSTREAM_CLIENT_MODE``, default ``text``).
+
+        ``regions`` (key-field mode): named boxes ``[{"name", "page", "bbox"}]`` (``bbox`` in
+        fractions of the page, ``page`` 0 for every page) or ``{"template": NAME}``; only those
+        are read, and document.json gets ``fields`` (:mod:`ocrstream.processors.regions`)."""
         parse_mode = ParseMode(mode) if mode is not None else self.settings.mode
+        options: dict[str, str] = {}
+        if regions is not None:
+            if not (isinstance(regions, Mapping) and "template" in regions):
+                parse_regions(regions)  # a bad box is refused here, before anything is sent
+            options[REGIONS_OPTION] = json.dumps(regions, separators=(",", ":"), sort_keys=True)
         path = None if isinstance(source, bytes) else Path(source)
         if path is not None:
             size = path.stat().st_size
@@ -140,7 +158,7 @@ class OcrClient:
         media_type = content_type or sniff(head) or "application/octet-stream"
         # An explicit id is checked as given: "" is refused, not replaced by the content id.
         if doc_id is None:
-            doc_id = content_doc_id(sha, outputs, parse_mode)
+            doc_id = content_doc_id(sha, outputs, parse_mode, options.get(REGIONS_OPTION))
         doc_id = validate_doc_id(doc_id)
         if size <= self.limits.max_inline_bytes:
             data = source if isinstance(source, bytes) else path.read_bytes()  # type: ignore[union-attr]
@@ -159,7 +177,7 @@ class OcrClient:
             doc_id=doc_id, source=scan_source, content_type=media_type, sha256=sha,
             size_bytes=size, submitted_at=utc_now(), tenant=tenant, priority=priority,
             outputs=tuple(outputs), attributes=attrs,
-            trace_id=trace_id or uuid.uuid4().hex, mode=parse_mode.value,
+            trace_id=trace_id or uuid.uuid4().hex, mode=parse_mode.value, options=options,
         )  # fmt: skip
         self.publish(scan, timeout_s)
         log.info(
@@ -293,7 +311,8 @@ class OcrClient:
         formats: Sequence[str] = (*DEFAULT_OUTPUTS, "md"),
     ) -> dict[str, Path]:
         """Fetch the document's outputs into ``directory``/document.{fmt}; missing ones are
-        skipped (a failed document has none)."""
+        skipped (a failed document has none). With document.md come the figure crops it links
+        to, into ``directory``/figures/."""
         from ocrstream.storage import ObjectNotFoundError
 
         target = Path(directory)
@@ -305,6 +324,14 @@ class OcrClient:
                 got[fmt] = self.store.get_to_file(key, target / f"document.{fmt}").path
             except ObjectNotFoundError:
                 continue
+        if "md" in got:  # the figure crops document.md links to, beside it
+            prefix = self.store.keys.figures_prefix(doc_id)
+            for info in self.store.list_objects(prefix):
+                name = info.key[len(prefix) :]
+                if "/" in name or not name or name.startswith("."):
+                    continue
+                (target / "figures").mkdir(exist_ok=True)
+                self.store.get_to_file(info.key, target / "figures" / name)
         return got
 
     def close(self) -> None:

@@ -223,6 +223,9 @@ class OcrSettings(BaseSettings):
     max_page_pixels: int = 80_000_000
     min_confidence: float = 0.5
     engine_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "ocrstream")
+    # Layout mode: table cells from SLANet-plus (processors/layout/table_model.py); false:
+    # from the lines' geometry alone.
+    table_model: bool = True
 
     @property
     def on_cpu(self) -> bool:
@@ -311,6 +314,9 @@ class SplitterSettings(BaseSettings):
     dpi: int = 200
     claim_check_bytes: int = 512 * 1024
     text_layer: bool = False  # answer from usable text layers even when the scan does not ask
+    # Key-field mode: a JSON file of template name → regions, for options.regions
+    # {"template": NAME} (processors/regions.py).
+    region_templates: Path | None = None
     # Buckets a ScanSubmitted may name as its source besides the store's own (OCRSTREAM_S3_
     # BUCKET), as JSON: '["scans-in"]'; '["*"]' allows any bucket the credentials can read.
     # Any other is refused (reason source_not_allowed): a producer must not make the splitter

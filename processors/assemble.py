@@ -27,6 +27,7 @@ from ocrstream.errors import ReasonCode
 from ocrstream.processors.layout.blocks import Block
 from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
 from ocrstream.processors.ocr.types import Line, PageOCR
+from ocrstream.processors.regions import Field
 from ocrstream.processors.searchable_pdf import ImageSource, build_searchable_pdf
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,21 @@ class AssembledDocument:
             out["missing_pages"] = list(self.missing_pages)
         if self.error_code:
             out["error"] = {"code": self.error_code, "message": self.error_message or ""}
+        fields = self.fields()
+        if fields:
+            out["fields"] = fields
         out["pages"] = [page.to_dict() for page in self.pages]
+        return out
+
+    def fields(self) -> dict[str, dict[str, Any]]:
+        """Key-field mode: each named region's reading, ``{name: {text, confidence, page,
+        bbox}}``; a name read on several pages (a region on every page) keeps the first page
+        where it has text."""
+        out: dict[str, dict[str, Any]] = {}
+        for page in self.pages:
+            for found in page.ocr.fields or ():
+                if found.name not in out or (found.text and not out[found.name]["text"]):
+                    out[found.name] = found.to_dict(page.page_no)
         return out
 
     def json_bytes(self) -> bytes:
@@ -209,6 +224,7 @@ def page_from_mapping(data: Mapping[str, Any]) -> tuple[PageOCR, Mapping[str, st
         status = "failed"  # readers map statuses they don't know to failed
     engine = data.get("engine")
     blocks = data.get("blocks")
+    fields = data.get("fields") or ()
     ocr = PageOCR(
         width=int(data.get("width") or 0),
         height=int(data.get("height") or 0),
@@ -219,8 +235,15 @@ def page_from_mapping(data: Mapping[str, Any]) -> tuple[PageOCR, Mapping[str, st
         error_message=error.get("message") if error else None,
         skew=float(data.get("skew") or 0.0),
         blocks=None if blocks is None else tuple(Block.from_mapping(b) for b in blocks),
+        fields=tuple(_field(f) for f in fields) or None,
     )
     return ocr, ({k: str(v) for k, v in engine.items()} if engine else None)
+
+
+def _field(data: Mapping[str, Any]) -> Field:
+    x0, y0, x1, y1 = (float(v) for v in (data.get("bbox") or (0, 0, 0, 0)))
+    return Field(str(data.get("name", "")), str(data.get("text", "")),
+                 float(data.get("confidence", 0.0)), (x0, y0, x1, y1))  # fmt: skip
 
 
 def _page(page_no: int, result: PageInput) -> AssembledPage:

@@ -221,9 +221,14 @@ class PdfDocument:
         else:
             out = self._render(page, box, dpi, lossy=self._photo_dominated(box, images, infos))
         lines = None
+        rules: tuple[tuple[float, float, float, float], ...] = ()
+        pictures: tuple[tuple[float, float, float, float], ...] = ()
         if use_text_layer:
             boxes = [info["bbox"] for info in infos]
             lines = usable_lines(page, out.to_pixels, boxes, self._policy)
+            if lines is not None:
+                rules = vector_rules(page, out.to_pixels)
+                pictures = tuple(_mapped(info["bbox"], out.to_pixels) for info in infos)
         return SplitPage(
             page_no=index + 1,
             page_count=self.page_count,
@@ -234,6 +239,8 @@ class PdfDocument:
             dpi=round(out.dpi, 2),
             origin=out.origin,
             text_lines=lines,
+            text_rules=rules,
+            text_images=pictures,
         )
 
     def _check_pixels(self, pixels: int, what: str) -> None:
@@ -410,3 +417,33 @@ def _pixmap_array(pix: pymupdf.Pixmap) -> np.ndarray[Any, np.dtype[np.uint8]]:
     rows = samples.reshape(pix.height, pix.stride)[:, : pix.width * pix.n]
     shape = (pix.height, pix.width) if pix.n == 1 else (pix.height, pix.width, pix.n)
     return rows.reshape(shape)
+
+
+#: Drawing commands looked at per page for rules; a page with more is a drawing, not a form.
+MAX_DRAWINGS = 20_000
+
+
+def _mapped(bbox: Any, to_pixels: pymupdf.Matrix) -> tuple[float, float, float, float]:
+    rect = pymupdf.Rect(bbox) * to_pixels
+    return (round(rect.x0, 1), round(rect.y0, 1), round(rect.x1, 1), round(rect.y1, 1))
+
+
+def vector_rules(
+    page: pymupdf.Page, to_pixels: pymupdf.Matrix
+) -> tuple[tuple[float, float, float, float], ...]:
+    """The boxes of the page's straight strokes and rectangles, in pixels: what ruled tables
+    are drawn with (:mod:`ocrstream.processors.layout.ruled` reads them)."""
+    out: list[tuple[float, float, float, float]] = []
+    seen = 0
+    for path in page.get_cdrawings():
+        for item in path.get("items", ()):
+            seen += 1
+            if seen > MAX_DRAWINGS:
+                return ()
+            kind = item[0]
+            if kind == "l":
+                (x0, y0), (x1, y1) = item[1], item[2]
+                out.append(_mapped((min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)), to_pixels))
+            elif kind == "re":
+                out.append(_mapped(item[1], to_pixels))
+    return tuple(out)

@@ -39,6 +39,10 @@ class SplitPage:
     dpi: float
     origin: Origin = "rendered"
     text_lines: tuple[Line, ...] | None = None
+    # with text_lines: the page's vector rules and image placements, boxes in page pixels
+    # (ruled tables and figures of born-digital pages in layout mode)
+    text_rules: tuple[tuple[float, float, float, float], ...] = ()
+    text_images: tuple[tuple[float, float, float, float], ...] = ()
     error_code: str | None = None
     error_message: str | None = None
 

@@ -183,6 +183,7 @@ class Block(_Avro):
     text: str = ""
     html: str | None = None
     cells: tuple[Cell, ...] = ()
+    source: str | None = None  # tables: model | rules | geometry
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +224,7 @@ class ScanSubmitted(_Avro):
     trace_id: str | None = None
     mode: str = "text"
     revision: int = 1
+    # engine options: model (ocrstream reprocess --model), regions (key-field mode)
     options: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -250,6 +252,18 @@ class PageTask(_Avro):
     tenant: str = ""
     mode: str = "text"
     revision: int = 1
+    text_layer_rules: tuple[tuple[float, ...], ...] = ()  # with text_layer: vector rules, px
+    text_layer_images: tuple[tuple[float, ...], ...] = ()  # with text_layer: image boxes, px
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRead(_Avro):
+    """Key-field mode: what was read in one named region (``bbox`` in page pixels)."""
+
+    name: str
+    text: str = ""
+    confidence: float = 0.0
+    bbox: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +297,7 @@ class PageResult(_Avro):
     revision: int = 1
     provisional: bool = False
     pool: str = ""
+    fields: tuple[FieldRead, ...] = ()  # key-field mode: one per region of the page
 
 
 @dataclass(frozen=True, slots=True)

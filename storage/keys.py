@@ -7,7 +7,8 @@ docs/architecture.md ("Storage").
     {prefix}scans/{doc_id}/submission.json       the HTTP API's record of it (tenant, time)
     {prefix}tenants/{tenant}/documents/{10^13 - ms}-{doc_id}   a tenant's documents, newest first
     {prefix}pages/{doc_id}/{page_no:05d}.{ext}   claim-check for big page images (expires)
-    {prefix}documents/{doc_id}/document.{json,txt,pdf}
+    {prefix}documents/{doc_id}/document.{json,txt,pdf,md}
+    {prefix}documents/{doc_id}/figures/p{page}-{i}.png   layout mode: figure crops
     {prefix}documents/{doc_id}/viewer/{page_no:05d}.jpg   the web UI's page image, made once
 
 Keys are pure functions of their inputs, so a replay overwrites instead of duplicating. A
@@ -29,6 +30,7 @@ _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _KEY_MAX_BYTES = 1024
 MAX_PAGE_NO = 99_999  # the layout's five digits
 DOCUMENT_FORMATS = ("json", "txt", "pdf", "md")
+_FIGURE = re.compile(r"figures/p[1-9][0-9]{0,4}-[1-9][0-9]{0,4}\.png")
 
 
 class InvalidUriError(PoisonError):
@@ -123,6 +125,15 @@ class Keys:
         if not 1 <= page_no <= MAX_PAGE_NO:
             raise ValueError(f"page_no must be 1..{MAX_PAGE_NO}, got {page_no}")
         return f"{self.documents_prefix(doc_id)}viewer/{page_no:05d}.jpg"
+
+    def figure(self, doc_id: str, path: str) -> str:
+        """A figure crop, ``path`` as document.md links it (``figures/p1-1.png``)."""
+        if not _FIGURE.fullmatch(path):
+            raise ValueError(f"figure path must be figures/p<page>-<i>.png, got {path!r}")
+        return f"{self.prefix}documents/{validate_doc_id(doc_id)}/{path}"
+
+    def figures_prefix(self, doc_id: str) -> str:
+        return f"{self.prefix}documents/{validate_doc_id(doc_id)}/figures/"
 
     def pages_prefix(self, doc_id: str) -> str:
         """Every claim-check page image of one document."""

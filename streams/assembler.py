@@ -411,7 +411,8 @@ class Assembler:
         written: dict[str, str] = {}
         with tempfile.TemporaryDirectory(prefix="ocrstream-assemble-") as tmp:
             source: Path | None = None
-            if "pdf" in formats and source_uri:
+            crops = "md" in formats and outputs.has_figures(doc)
+            if ("pdf" in formats or crops) and source_uri:
                 try:
                     bucket, key = parse_s3_uri(source_uri)
                     download = await self._store(self.store.get_to_file, key, Path(tmp) / "src",
@@ -431,7 +432,19 @@ class Assembler:
                                          content_type=content_type,
                                          metadata=revision_metadata(doc.revision))  # fmt: skip
                 written[fmt] = info.uri
+            if crops and source is not None:
+                await self._write_figures(doc, source)
         return written
+
+    async def _write_figures(self, doc: AssembledDocument, source: Path) -> None:
+        """The figure crops beside document.md (not listed among the outputs)."""
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            self._render, lambda: outputs.figures(doc, source, dpi=self.dpi, limits=self.limits)
+        )
+        for path, data in found.items():
+            key = self.store.keys.figure(doc.doc_id, path)
+            await self._store(self.store.put_bytes, key, data, content_type="image/png")
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ and alert rules use only these. Nothing registers at import time: an entry point
 adapters, and calls :func:`serve` to expose ``/metrics``. Processors never see this module.
 
 Stages are ``splitter``, ``ocr``, ``assembler`` (and ``decode``, ``fetch``, ``produce``,
-``engine``, ``layout`` for the parts of the OCR worker's ``stage_seconds``).
+``engine``, ``layout``, ``table`` for the parts of the OCR worker's ``stage_seconds``).
 """
 
 from __future__ import annotations

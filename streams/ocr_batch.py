@@ -32,6 +32,7 @@ from ocrstream.schemas.records import (
     Cell,
     Engine,
     ErrorInfo,
+    FieldRead,
     Line,
     PageResult,
     PageStatus,
@@ -169,7 +170,13 @@ def text_layer_result(task: PageTask, *, worker_id: str = "") -> PageResult:
             OcrLine(line.text, line.confidence, tuple((p.x, p.y) for p in line.polygon))  # type: ignore[arg-type]
             for line in lines
         ]
-        found = text_layer_blocks(page_lines, task.width, task.height)
+        found = text_layer_blocks(
+            page_lines,
+            task.width,
+            task.height,
+            rules=[_box(r) for r in task.text_layer_rules if len(r) == 4],
+            images=[_box(r) for r in task.text_layer_images if len(r) == 4],
+        )
         blocks = tuple(block_record(b) for b in found)
     return PageResult(
         status=PageStatus.OK if lines else PageStatus.EMPTY,
@@ -215,6 +222,10 @@ def engine_result(
         engine=engine,
         timings=timings,
         blocks=None if ocr.blocks is None else tuple(block_record(b) for b in ocr.blocks),
+        fields=tuple(
+            FieldRead(f.name, f.text, float(f.confidence), tuple(float(v) for v in f.bbox))
+            for f in ocr.fields or ()
+        ),
         **_base(page.task, worker_id),  # type: ignore[arg-type]
     )
 
@@ -231,4 +242,10 @@ def block_record(block: PageBlock) -> Block:
             Cell(c.row, c.col, c.rowspan, c.colspan, tuple(round(v, 1) for v in c.bbox), c.text)
             for c in block.cells
         ),
+        source=block.source,
     )
+
+
+def _box(values: tuple[float, ...]) -> tuple[float, float, float, float]:
+    x0, y0, x1, y1 = (float(v) for v in values)
+    return x0, y0, x1, y1

@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ocrstream.processors.assemble import AssembledDocument, assemble, render_outputs
+from ocrstream.processors.figures import FigurePage, crop_figures
+from ocrstream.processors.layout.markdown import page_figures
 from ocrstream.processors.searchable_pdf import images_from_pages
 from ocrstream.processors.split import iter_pages
 from ocrstream.schemas.records import PageResult
@@ -66,3 +68,23 @@ def build(
         with closing(pages):  # type: ignore[type-var]
             rendered = render_outputs(doc, images_from_pages(pages), wanted)
     return {name: (data, CONTENT_TYPES[name]) for name, data in rendered.items()}
+
+
+def has_figures(doc: AssembledDocument) -> bool:
+    """Does the document have figure blocks to crop (layout mode)?"""
+    return any(page_figures(p.page_no, p.ocr.blocks) for p in doc.pages if p.readable)
+
+
+def figures(
+    doc: AssembledDocument, source: Path, *, dpi: int, limits: LimitsSettings
+) -> dict[str, bytes]:
+    """The figure crops of the document by their path under its folder
+    (``figures/p1-1.png``), cut from the source split again (module docstring)."""
+    pages = [
+        FigurePage(p.page_no, p.ocr.width, p.ocr.height, p.ocr.rotation, p.ocr.blocks)
+        for p in doc.pages
+        if p.readable and p.ocr.blocks
+    ]
+    split = iter_pages(str(source), None, limits, dpi=dpi)
+    with closing(split):  # type: ignore[type-var]
+        return dict(crop_figures(pages, images_from_pages(split)))

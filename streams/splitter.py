@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import json
 import logging
 import tempfile
 import time
@@ -46,6 +47,9 @@ import faust
 from ocrstream.errors import FatalError, PoisonError, ReasonCode
 from ocrstream.logs import log_context
 from ocrstream.processors.ocr.types import Line as OcrLine
+from ocrstream.processors.regions import OPTION as REGIONS_OPTION
+from ocrstream.processors.regions import InvalidRegionsError, Region, for_page, parse_regions
+from ocrstream.processors.regions import encode as encode_regions
 from ocrstream.processors.split import iter_pages, sniff
 from ocrstream.processors.split_types import SplitPage
 from ocrstream.schemas.codec import Codec
@@ -123,8 +127,13 @@ def page_task(
     image: PageImage,
     source_uri: str | None,
     content_type: str,
+    regions: tuple[Region, ...] | None = None,
 ) -> PageTask:
-    """The PageTask of one split page."""
+    """The PageTask of one split page; in key-field mode with the page's own ``regions``
+    (``options["regions"]``, :mod:`ocrstream.processors.regions`)."""
+    options = {k: v for k, v in scan.options.items() if k != REGIONS_OPTION}
+    if regions is not None:
+        options[REGIONS_OPTION] = encode_regions(for_page(regions, page.page_no))
     return PageTask(
         doc_id=scan.doc_id,
         page_no=page.page_no,
@@ -143,9 +152,35 @@ def page_task(
         priority=scan.priority,
         tenant=scan.tenant,
         mode=scan.mode,
-        options=scan.options,
+        options=options,
         revision=scan.revision,
+        text_layer_rules=page.text_rules if page.text_lines is not None else (),
+        text_layer_images=page.text_images if page.text_lines is not None else (),
     )
+
+
+def scan_regions(scan: ScanSubmitted, templates: Path | None) -> tuple[Region, ...] | None:
+    """The named regions a scan asks for (None: not key-field mode), its template resolved
+    from the ``templates`` file; a bad spec is :class:`DocumentFailed` ``invalid_regions``."""
+    spec = scan.options.get(REGIONS_OPTION)
+    if spec is None:
+        return None
+    try:
+        return parse_regions(spec, _templates(templates))
+    except InvalidRegionsError as e:
+        raise DocumentFailed(e.code, str(e)) from e
+
+
+def _templates(path: Path | None) -> dict[str, object]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise FatalError(f"region templates {path} cannot be read: {e}") from e
+    if not isinstance(data, dict):
+        raise FatalError(f"region templates {path}: a JSON object of name → regions")
+    return data
 
 
 def failed_page(
@@ -289,7 +324,8 @@ class Splitter:
             source, head = await self._fetch(scan, Path(tmp))
             content_type = sniff(head) or scan.content_type
             source_uri = await self._source_uri(scan, source, content_type)
-            return await self._pages(scan, source, content_type, source_uri)
+            regions = scan_regions(scan, self.settings.region_templates)
+            return await self._pages(scan, source, content_type, source_uri, regions)
 
     async def _fetch(self, scan: ScanSubmitted, tmp: Path) -> tuple[bytes | Path, bytes]:
         """The source as bytes (inline) or a file path; checks its SHA-256 when declared."""
@@ -342,21 +378,27 @@ class Splitter:
         return info.uri
 
     async def _pages(
-        self, scan: ScanSubmitted, source: bytes | Path, content_type: str, source_uri: str | None
+        self,
+        scan: ScanSubmitted,
+        source: bytes | Path,
+        content_type: str,
+        source_uri: str | None,
+        regions: tuple[Region, ...] | None = None,
     ) -> int:
         pages = iter_pages(
             source if isinstance(source, bytes) else str(source),
             scan.content_type,
             self.limits,
             dpi=self.settings.dpi,
-            use_text_layer=wants_text_layer(scan, self.settings.text_layer),
+            # key-field pages are read from their regions' pixels, never from a text layer
+            use_text_layer=regions is None and wants_text_layer(scan, self.settings.text_layer),
         )
         window = DeliveryWindow(size=16)
         count = 0
         try:
             page = await self._next(pages)  # document-level checks raise here
             while page is not None:
-                await self._emit(scan, page, window, content_type, source_uri)
+                await self._emit(scan, page, window, content_type, source_uri, regions)
                 count = page.page_count
                 page = await self._next(pages)
             await window.drain()
@@ -387,6 +429,7 @@ class Splitter:
         window: DeliveryWindow,
         content_type: str,
         source_uri: str | None,
+        regions: tuple[Region, ...] | None = None,
     ) -> None:
         doc_id = scan.doc_id
         if not page.ok:
@@ -406,7 +449,7 @@ class Splitter:
             image = PageImage(page.encoding, uri=info.uri)
         else:
             image = PageImage(page.encoding, data=page.data)
-        task = page_task(scan, page, image, source_uri, content_type)
+        task = page_task(scan, page, image, source_uri, content_type, regions)
         key_bytes = f"{doc_id}/{page.page_no}".encode()
         await window.send(
             self.pages, key_bytes, self.codec.encode(task, self.pages.get_topic_name())

@@ -62,10 +62,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.logs import log_context
 from ocrstream.processors.ocr.batching import BatchingEngine, PageEngine
-from ocrstream.processors.ocr.types import LayoutPage, PageOCR
+from ocrstream.processors.ocr.types import LayoutPage, PageOCR, RegionsPage
+from ocrstream.processors.regions import OPTION as REGIONS_OPTION
+from ocrstream.processors.regions import decode as decode_regions
 from ocrstream.processors.routing import RoutingRule
 from ocrstream.schemas.codec import Codec
-from ocrstream.schemas.records import Engine, PageResult, PageStatus, PageTask
+from ocrstream.schemas.records import Engine, ErrorInfo, PageResult, PageStatus, PageTask
 from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerPool, WorkerSettings
 from ocrstream.streams import dlq, topics
 from ocrstream.streams.breaker import StoreBreaker
@@ -76,7 +78,12 @@ from ocrstream.streams.gpu_metrics import start_gpu_metrics
 from ocrstream.streams.intake import Intake, Origin, Pending
 from ocrstream.streams.intake import TopicPartition as TP
 from ocrstream.streams.metrics import Metrics
-from ocrstream.streams.ocr_batch import PreparedPage, engine_result, unread_result
+from ocrstream.streams.ocr_batch import (
+    PreparedPage,
+    engine_result,
+    failed_result,
+    unread_result,
+)
 from ocrstream.streams.offsets import OffsetTracker
 from ocrstream.streams.page_cache import PageCache, fingerprint_of, readdress
 from ocrstream.streams.producer import RecordProducer
@@ -369,7 +376,17 @@ class OcrWorker:
                 self.metrics.stage_seconds.labels("decode").observe(prepared.decode_ms / 1000)
                 if prepared.needs_ocr:
                     image: object = prepared.image
-                    if prepared.task.mode == "layout":
+                    regions = prepared.task.options.get(REGIONS_OPTION)
+                    if regions is not None:  # key-field mode: only the page's named regions
+                        try:
+                            image = RegionsPage(image, decode_regions(regions))
+                        except (PoisonError, ValueError) as e:
+                            self._window.release(page.pixels)
+                            error = ErrorInfo("invalid_regions", str(e))
+                            failed = failed_result(prepared.task, error, worker_id=self.worker_id)
+                            self._send_result(page, failed)
+                            continue
+                    elif prepared.task.mode == "layout":
                         image = LayoutPage(image)  # blocks too, in the same batch as the OCR
                     self._engine.submit((page, prepared), image)
                 else:
@@ -402,8 +419,9 @@ class OcrWorker:
         results: list[tuple[tuple[Pending, PreparedPage], PageOCR]] = self._engine.poll()
         for (page, prepared), ocr in results:
             self._window.release(page.pixels)
-            if "layout" in ocr.timings_ms:
-                self.metrics.stage_seconds.labels("layout").observe(ocr.timings_ms["layout"] / 1000)
+            for stage in ("layout", "table"):  # layout mode: its models' share of the batch
+                if stage in ocr.timings_ms:
+                    self.metrics.stage_seconds.labels(stage).observe(ocr.timings_ms[stage] / 1000)
             result = engine_result(prepared, ocr, self._engine_record, worker_id=self.worker_id)
             if self._cache is not None and prepared.cache_key is not None:
                 self._cache.put(prepared.cache_key, result)

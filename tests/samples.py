@@ -384,3 +384,184 @@ def two_column_pdf() -> LayoutSample:
         paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
         footer="7",
     )
+
+
+# -- tables ---------------------------------------------------------------------------------
+
+SALES_CAPTION = "Table 1. Sales by region"
+#: The spanning table of :func:`table_doc`: (row, col, rowspan, colspan, text), HTML grid.
+SALES_CELLS = (
+    (0, 0, 2, 1, "Region"),
+    (0, 1, 1, 2, "Sales"),
+    (1, 1, 1, 1, "2024"),
+    (1, 2, 1, 1, "2025"),
+    (2, 0, 1, 1, "North"),
+    (2, 1, 1, 1, "1200"),
+    (2, 2, 1, 1, "1500"),
+    (3, 0, 1, 1, "South"),
+    (3, 1, 1, 1, "900"),
+    (3, 2, 1, 1, "1100"),
+    (4, 0, 1, 1, "East"),
+    (4, 1, 1, 1, "700"),
+    (4, 2, 1, 1, "800"),
+)
+
+
+def draw_table(
+    page: pymupdf.Page,
+    cells: Sequence[tuple[int, int, int, int, str]],
+    origin: tuple[float, float],
+    col_w: float = 110.0,
+    row_h: float = 24.0,
+    fontsize: float = 11.0,
+) -> tuple[float, float, float, float]:
+    """Draw a ruled table of (row, col, rowspan, colspan, text) cells; its box in points."""
+    x0, y0 = origin
+    rows = max(r + rs for r, _, rs, _, _ in cells)
+    cols = max(c + cs for _, c, _, cs, _ in cells)
+    shape = page.new_shape()
+    for r, c, rs, cs, text in cells:
+        rect = pymupdf.Rect(
+            x0 + c * col_w, y0 + r * row_h, x0 + (c + cs) * col_w, y0 + (r + rs) * row_h
+        )
+        shape.draw_rect(rect)
+        baseline = rect.y0 + rect.height / 2 + fontsize * 0.35
+        page.insert_text((rect.x0 + 8, baseline), text, fontsize=fontsize, fontname="helv")
+    shape.finish(color=(0, 0, 0), width=0.8)
+    shape.commit()
+    return x0, y0, x0 + cols * col_w, y0 + rows * row_h
+
+
+@dataclass(frozen=True)
+class StructuredSample:
+    """A two-page document: page 1 the two-column page of :func:`two_column_scan`, page 2 a
+    heading, a paragraph, the spanning sales table under its caption, a page number."""
+
+    data: bytes
+    title: str
+    paragraphs: tuple[str, ...]  # page 1, in reading order
+    heading: str
+    table_intro: str
+    cells: tuple[tuple[int, int, int, int, str], ...]
+    footers: tuple[str, str]
+
+
+TABLE_HEADING = "Trade in the Valley"
+TABLE_INTRO = "The towns sold more grain each year."
+FIGURE_CAPTION = "Figure 1. Grain shipped by year"
+
+
+def _photo(page: pymupdf.Page, rect: pymupdf.Rect) -> None:
+    """A photograph-like picture: hills under a sky, shaded and grainy, no text."""
+    h, w = 300, 480
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    sky = 200 - 60 * yy / h
+    hills = h * 0.55 + 40 * np.sin(xx / 45.0) + 25 * np.sin(xx / 17.0 + 1.0)
+    image = np.where(yy > hills, 70 + 40 * np.sin(xx / 9.0) * np.cos(yy / 7.0), sky)
+    image += np.random.default_rng(1).normal(0, 12, image.shape)
+    gray = np.clip(image, 0, 255).astype(np.uint8)
+    page.insert_image(rect, stream=encode_image(gray, "png"), keep_proportion=False)
+
+
+def _structured_doc() -> pymupdf.Document:
+    doc = _two_column_doc()
+    page = doc.new_page(width=A4[0], height=A4[1])
+    page.insert_text((60, 150), TABLE_HEADING, fontsize=18, fontname="helv")
+    page.insert_text((60, 190), TABLE_INTRO, fontsize=11, fontname="helv")
+    page.insert_text((60, 235), SALES_CAPTION, fontsize=11, fontname="helv")
+    draw_table(page, SALES_CELLS, (60, 250))
+    _photo(page, pymupdf.Rect(80, 440, 400, 640))
+    page.insert_text((80, 665), FIGURE_CAPTION, fontsize=11, fontname="helv")
+    page.insert_text((290, 815), "8", fontsize=10, fontname="helv")
+    return doc
+
+
+def structured_scan_pdf(dpi: int = 150, noise: float = 6.0) -> StructuredSample:
+    """:class:`StructuredSample` scanned: each page a noisy gray image in a PDF."""
+    doc = _structured_doc()
+    images = []
+    rng = np.random.default_rng(0)
+    for page in doc:
+        pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+        gray = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width)
+        speckle = rng.normal(0, noise, gray.shape).astype(np.int16)
+        gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
+        images.append(encode_image(gray, "png", dpi=dpi))
+    doc.close()
+    return _structured(_image_pdf(images, A4))
+
+
+def structured_pdf() -> StructuredSample:
+    """:class:`StructuredSample` born digital: text as text, the table's rules as vectors."""
+    doc = _structured_doc()
+    data = doc.tobytes()
+    doc.close()
+    return _structured(data)
+
+
+def _structured(data: bytes) -> StructuredSample:
+    return StructuredSample(
+        data=data,
+        title=TWO_COLUMN_TITLE,
+        paragraphs=tuple(_flowed(p) for p in (*_LEFT, *_RIGHT)),
+        heading=TABLE_HEADING,
+        table_intro=TABLE_INTRO,
+        cells=SALES_CELLS,
+        footers=("7", "8"),
+    )
+
+
+# -- receipts (key-field mode) --------------------------------------------------------------
+
+RECEIPT_SIZE = (227.0, 420.0)  # 80 mm wide
+
+
+@dataclass(frozen=True)
+class ReceiptSample:
+    """A scanned till receipt and its named fields: boxes in fractions of the page (as
+    ``options.regions`` takes them) and the text printed in each."""
+
+    data: bytes
+    regions: tuple[dict[str, object], ...]
+    fields: dict[str, str]
+
+
+def receipt(seed: int = 0, dpi: int = 200, noise: float = 6.0) -> ReceiptSample:
+    """A receipt: shop, date, a dozen items with prices, the total; scanned at ``dpi``."""
+    rng = np.random.default_rng(seed)
+    shop = ("CORNER GROCERY", "VALLEY MARKET", "HARBOUR DELI", "NORTH BAKERY")[seed % 4]
+    date = f"2026-{1 + seed % 12:02d}-{1 + (7 * seed) % 28:02d}"
+    items = [(f"Item {chr(65 + i)}{seed}", int(rng.integers(100, 2000))) for i in range(12)]
+    total = f"{sum(p for _, p in items) / 100:.2f}"
+    w, h = RECEIPT_SIZE
+    doc = pymupdf.open()
+    page = doc.new_page(width=w, height=h)
+    page.insert_text((40, 36), shop, fontsize=13, fontname="hebo")
+    page.insert_text((20, 62), f"Date {date}", fontsize=10, fontname="cour")
+    y = 90.0
+    for name, price in items:
+        page.insert_text((20, y), name, fontsize=10, fontname="cour")
+        page.insert_text((160, y), f"{price / 100:.2f}", fontsize=10, fontname="cour")
+        y += 20
+    y += 10
+    page.insert_text((20, y), "TOTAL", fontsize=12, fontname="cobo")
+    page.insert_text((150, y), total, fontsize=12, fontname="cobo")
+    pix = page.get_pixmap(dpi=dpi, colorspace=pymupdf.csGRAY)
+    gray = np.frombuffer(pix.samples, np.uint8).reshape(pix.height, pix.width).copy()
+    doc.close()
+    speckle = rng.normal(0, noise, gray.shape).astype(np.int16)
+    gray = np.clip(gray.astype(np.int16) + speckle, 0, 255).astype(np.uint8)
+
+    def box(x0: float, y0: float, x1: float, y1: float) -> list[float]:
+        return [round(x0 / w, 4), round(y0 / h, 4), round(x1 / w, 4), round(y1 / h, 4)]
+
+    regions = (
+        {"name": "shop", "page": 1, "bbox": box(10, 18, 217, 44)},
+        {"name": "date", "page": 1, "bbox": box(10, 50, 217, 68)},
+        {"name": "total", "page": 1, "bbox": box(140, y - 16, 222, y + 6)},
+    )
+    return ReceiptSample(
+        data=encode_image(gray, "png", dpi=dpi),
+        regions=regions,
+        fields={"shop": shop, "date": f"Date {date}", "total": total},
+    )

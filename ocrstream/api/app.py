@@ -41,6 +41,8 @@ from ocrstream.api.viewer import NoPageImage, PageImages
 from ocrstream.client import OcrClient
 from ocrstream.errors import InvalidDocIdError, OcrstreamError, PoisonError, RetriableError
 from ocrstream.processors import webhook
+from ocrstream.processors.regions import OPTION as REGIONS_OPTION
+from ocrstream.processors.regions import InvalidRegionsError, parse_regions
 from ocrstream.processors.split import sniff
 from ocrstream.schemas.records import (
     DEFAULT_OUTPUTS,
@@ -108,6 +110,7 @@ class SourceUri(BaseModel):
     priority: int = 0
     attributes: dict[str, str] = {}
     callback_url: str | None = None
+    regions: Any = None  # key-field mode: named boxes, or {"template": NAME}
 
 
 def tenant_of(request: Request) -> str:
@@ -136,7 +139,9 @@ def too_many(refusal: Refusal) -> HTTPException:
 Tenant = Annotated[str, Depends(tenant_of)]
 
 
-def _options(mode: str, outputs: list[str], priority: int, attributes: Any) -> tuple[Any, ...]:
+def _options(
+    mode: str, outputs: list[str], priority: int, attributes: Any, regions: Any = None
+) -> tuple[Any, ...]:
     if mode not in MODES:
         raise HTTPException(422, f"mode must be one of {MODES}")
     if not outputs or not set(outputs) <= set(DOCUMENT_FORMATS):
@@ -150,7 +155,17 @@ def _options(mode: str, outputs: list[str], priority: int, attributes: Any) -> t
                                  f"{webhook.RESERVED_ATTRIBUTE_PREFIX!r} are reserved")  # fmt: skip
     if not -1000 <= priority <= 1000:
         raise HTTPException(422, "priority must be -1000..1000")
-    return tuple(dict.fromkeys(outputs)), priority, attributes, mode
+    reading: dict[str, str] = {}
+    if regions is not None:
+        try:
+            if isinstance(regions, str):
+                regions = json.loads(regions)
+            if not (isinstance(regions, dict) and "template" in regions):
+                parse_regions(regions)  # boxes are checked here; a template by the splitter
+        except (ValueError, InvalidRegionsError) as e:
+            raise HTTPException(422, f"regions: {e}") from e
+        reading[REGIONS_OPTION] = json.dumps(regions, separators=(",", ":"), sort_keys=True)
+    return tuple(dict.fromkeys(outputs)), priority, attributes, mode, reading
 
 
 def create_app(
@@ -245,8 +260,8 @@ def create_app(
             await anyio.to_thread.run_sync(check)
         except webhook.CallbackRefusedError as e:
             raise HTTPException(422, f"callback_url refused: {e}") from e
-        outputs, priority, attributes, mode = options
-        return outputs, priority, {**attributes, webhook.CALLBACK_ATTRIBUTE: url}, mode
+        outputs, priority, attributes, mode, reading = options
+        return outputs, priority, {**attributes, webhook.CALLBACK_ATTRIBUTE: url}, mode, reading
 
     def links(doc_id: str) -> dict[str, str]:
         return {"status_url": f"/v1/documents/{doc_id}",
@@ -267,7 +282,7 @@ def create_app(
     async def publish(doc_id: str, tenant: str, source: ScanSource, media_type: str,
                       sha256: str, size: int, options: tuple[Any, ...],
                       filename: str | None) -> Accepted:  # fmt: skip
-        outputs, priority, attributes, mode = options
+        outputs, priority, attributes, mode, reading = options
         now = utc_now()
         record = {"doc_id": doc_id, "tenant": tenant, "submitted_at": now.isoformat(),
                   "filename": filename, "content_type": media_type, "size_bytes": size,
@@ -284,6 +299,7 @@ def create_app(
             doc_id=doc_id, source=source, content_type=media_type, sha256=sha256,
             size_bytes=size, submitted_at=now, tenant=tenant, priority=priority,
             outputs=outputs, attributes=attributes, trace_id=uuid.uuid4().hex, mode=mode,
+            options=reading,
         )  # fmt: skip
         await anyio.to_thread.run_sync(client.publish, scan)
         log.info("accepted %s for tenant %s (%d bytes, %s)", doc_id, tenant, size, media_type)
@@ -307,14 +323,16 @@ def create_app(
                                "mode": {"type": "string"}, "outputs": {"type": "string"},
                                "priority": {"type": "integer"},
                                "attributes": {"type": "string"},
-                               "callback_url": {"type": "string"}}}},
+                               "callback_url": {"type": "string"},
+                               "regions": {"type": "string"}}}},
             "application/json": {"schema": SourceUri.model_json_schema()}}}},
     )  # fmt: skip
     async def submit(request: Request, tenant: Tenant) -> Accepted:
         """Submit a document: a multipart ``file`` (streamed to the store) or JSON
         ``{"source_uri": "s3://…"}``. ``outputs`` in a form is comma-separated, ``attributes``
         a JSON object; ``callback_url`` gets the terminal event, signed (422 when it may not be
-        called: not https, or its host resolves to a loopback, private or reserved address)."""
+        called: not https, or its host resolves to a loopback, private or reserved address);
+        ``regions`` (key-field mode) JSON: named boxes or a template."""
         content_type = request.headers.get("content-type", "")
         doc_id = uuid.uuid4().hex
         counting = limiter.counts_pages(tenant)
@@ -361,7 +379,8 @@ def create_app(
                 raise HTTPException(422, f"bad form field: {e}") from e
             outputs = [o.strip() for o in (fields.get("outputs") or ",".join(DEFAULT_OUTPUTS))
                        .split(",") if o.strip()]  # fmt: skip
-            options = _options(fields.get("mode") or "text", outputs, priority, attributes)
+            options = _options(fields.get("mode") or "text", outputs, priority, attributes,
+                               fields.get("regions"))  # fmt: skip
             options = await with_callback(options, fields.get("callback_url"))
         except HTTPException:
             await anyio.to_thread.run_sync(store.delete, stored.info.key)
@@ -373,7 +392,7 @@ def create_app(
             body = SourceUri.model_validate(await request.json())
         except ValueError as e:
             raise HTTPException(422, f"bad JSON body: {e}") from e
-        options = _options(body.mode, body.outputs, body.priority, body.attributes)
+        options = _options(body.mode, body.outputs, body.priority, body.attributes, body.regions)
         options = await with_callback(options, body.callback_url)
         try:
             bucket, key = parse_s3_uri(body.source_uri)

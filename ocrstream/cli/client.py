@@ -57,20 +57,26 @@ def _client() -> Any:
               help="Answer pages with a usable PDF text layer from it, without OCR.")  # fmt: skip
 @click.option("--tenant", default="", help="The submitting tenant, passed to the document event.")
 @_MODE
+@click.option("--regions", "regions_file", type=click.Path(exists=True, dir_okay=False,
+              path_type=Path), help="Key-field mode: read only the named boxes in this JSON "
+              "file (or {\"template\": NAME}); document.json gets fields.")  # fmt: skip
 def submit(
     files: Sequence[Path], doc_id: str | None, outputs: Sequence[str],
     attributes: Sequence[str], text_layer: bool, tenant: str, mode: str | None,
+    regions_file: Path | None,
 ) -> None:  # fmt: skip
     """Submit files for OCR; prints FILE<TAB>doc_id for each."""
     if doc_id and len(files) > 1:
         raise click.UsageError("--doc-id takes one file")
     attrs = dict(a.split("=", 1) for a in attributes if "=" in a)
+    regions = json.loads(regions_file.read_text("utf-8")) if regions_file is not None else None
     client = _client()
     try:
         for path in files:
             got = client.submit(
                 path, doc_id, outputs=outputs or ("json", "txt", "pdf"),
                 attributes=attrs, text_layer=text_layer, tenant=tenant, mode=mode,
+                regions=regions,
             )  # fmt: skip
             click.echo(f"{path}\t{got}")
     except OcrstreamError as e:

@@ -9,6 +9,10 @@ next inputs are split), and each input's output is written as soon as its last p
 with ``--output DIR``, standard output without (one JSON document per line when there are
 several inputs; text pages are separated by form feeds, as tesseract does). ``--mode layout``
 adds each page's blocks (document.json) and gives ``--format markdown`` its structure.
+``--regions FILE.json`` reads only the named boxes it lists (or ``{"template": NAME}`` from
+``OCRSTREAM_SPLITTER_REGION_TEMPLATES``; :mod:`ocrstream.processors.regions`) and adds
+``fields`` to document.json. With ``--mode layout --format markdown --output DIR`` the figure
+crops go to ``DIR/<stem>.figures/`` beside ``<stem>.md``, which links them.
 
 The exit status is 1 when any input failed entirely (its reason on standard error), 2 when the
 engine cannot start, 0 otherwise (a document with some failed pages is ``partial``).
@@ -26,7 +30,8 @@ from typing import Any, TextIO
 import click
 
 from ocrstream.errors import OcrstreamError, PoisonError
-from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR
+from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR, RegionsPage
+from ocrstream.processors.regions import Region, for_page
 from ocrstream.settings import LimitsSettings, OcrBackend, OcrSettings
 
 
@@ -41,6 +46,7 @@ class _Doc:
     error_code: str | None = None
     error_message: str | None = None
     split_done: bool = False
+    figures: dict[str, bytes] = field(default_factory=dict)  # layout mode: crops by path
 
     @property
     def done(self) -> bool:
@@ -63,6 +69,13 @@ class _Doc:
             "engine": engine.to_dict(),
             "pages": [self.pages[n].to_dict(n) for n in sorted(self.pages)],
         }
+        fields: dict[str, Any] = {}
+        for n in sorted(self.pages):
+            for found in self.pages[n].fields or ():
+                if found.name not in fields or (found.text and not fields[found.name]["text"]):
+                    fields[found.name] = found.to_dict(n)
+        if fields:
+            out["fields"] = fields
         if self.error_code is not None:
             out["error"] = {"code": self.error_code, "message": self.error_message or ""}
         return out
@@ -70,7 +83,7 @@ class _Doc:
     def text(self) -> str:
         return "\f".join(_page_text(self.pages[n]) for n in sorted(self.pages))
 
-    def markdown(self) -> str:
+    def markdown(self, figures_dir: str = "figures") -> str:
         from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
 
         pages = []
@@ -81,7 +94,17 @@ class _Doc:
             else:
                 lines = tuple(line.text for line in page.lines)
             pages.append(MarkdownPage(n, page.blocks, lines))
-        return render_markdown(pages)
+        return render_markdown(pages, figures_dir)
+
+    def crop(self, page_no: int, page: PageOCR, image: bytes) -> None:
+        """Keep the figure crops of a layout page (cut now: the page image is not kept)."""
+        from ocrstream.processors.figures import FigurePage, crop_figures
+        from ocrstream.processors.searchable_pdf import PageImage
+
+        if not page.blocks or not any(b.type == "figure" for b in page.blocks):
+            return
+        target = FigurePage(page_no, page.width, page.height, page.rotation, page.blocks)
+        self.figures.update(crop_figures([target], lambda _: PageImage(image, 0.0)))
 
 
 def _page_text(page: PageOCR) -> str:
@@ -95,7 +118,7 @@ def _page_text(page: PageOCR) -> str:
 class _Job:
     doc: _Doc
     page_no: int
-    data: bytes | LayoutPage
+    data: bytes | LayoutPage | RegionsPage
 
 
 # How long the first pages split wait for more to fill a batch while the engine is idle.
@@ -147,6 +170,12 @@ def make_engine(settings: OcrSettings) -> Any:
 @click.option("--threads", type=int, help="Inference threads.")
 @click.option("--dpi", type=int, default=300, show_default=True, help="PDF render resolution.")
 @click.option(
+    "--regions",
+    "regions_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Key-field mode: read only the named boxes in this JSON file (fields in the JSON).",
+)
+@click.option(
     "--batch",
     type=int,
     default=8,
@@ -165,8 +194,10 @@ def ocr(
     threads: int | None,
     dpi: int,
     batch: int,
+    regions_file: Path | None,
 ) -> None:
     """Recognise the text of images and PDFs."""
+    regions = _load_regions(regions_file) if regions_file is not None else None
     overrides: dict[str, Any] = {
         key: value
         for key, value in (
@@ -189,7 +220,8 @@ def ocr(
     writer = _Writer(engine.info, fmt, output, several=len(docs) > 1)
     failed = 0
     try:
-        for doc in _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode):
+        run = _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode, regions)
+        for doc in run:
             writer.write(doc)
             if doc.status == "failed":
                 failed += 1
@@ -204,6 +236,18 @@ def ocr(
         sys.exit(2)
     if failed:
         sys.exit(1)
+
+
+def _load_regions(path: Path) -> tuple[Region, ...]:
+    from ocrstream.processors.regions import parse_regions
+    from ocrstream.settings import SplitterSettings
+    from ocrstream.streams.splitter import _templates
+
+    try:
+        spec = path.read_text("utf-8")
+        return parse_regions(spec, _templates(SplitterSettings().region_templates))
+    except (OSError, OcrstreamError) as e:
+        raise click.UsageError(f"--regions {path}: {e}") from e
 
 
 def _doc_ids(files: Sequence[Path]) -> list[str]:
@@ -226,6 +270,7 @@ def _run(
     skip_text: bool,
     batch: int,
     mode: str = "text",
+    regions: tuple[Region, ...] | None = None,
 ) -> Iterator[_Doc]:
     """Every document, finished, in input order. The engine reads the pages already split, in
     batches across files, while the next pages are split; a page that breaks the engine fails
@@ -238,6 +283,8 @@ def _run(
         nonlocal emitted
         for job, result in results:
             job.doc.pages[job.page_no] = result
+            if isinstance(job.data, LayoutPage) and isinstance(job.data.image, bytes):
+                job.doc.crop(job.page_no, result, job.data.image)
         while emitted < len(docs) and docs[emitted].done:
             yield docs[emitted]
             emitted += 1
@@ -247,7 +294,8 @@ def _run(
     )
     with batcher:
         for doc in docs:
-            for job in _split(doc, limits, dpi, skip_text, layout=mode == "layout"):
+            jobs = _split(doc, limits, dpi, skip_text, layout=mode == "layout", regions=regions)
+            for job in jobs:
                 while not batcher.submit(job, job.data, timeout=0.1):
                     yield from answer(batcher.poll())  # full: take what is done meanwhile
                 yield from answer(batcher.poll())
@@ -259,14 +307,21 @@ def _run(
 
 
 def _split(
-    doc: _Doc, limits: LimitsSettings, dpi: int, skip_text: bool, *, layout: bool = False
+    doc: _Doc,
+    limits: LimitsSettings,
+    dpi: int,
+    skip_text: bool,
+    *,
+    layout: bool = False,
+    regions: tuple[Region, ...] | None = None,
 ) -> Iterator[_Job]:
     """The pages of one input that need OCR; the others are answered on ``doc`` directly."""
     from ocrstream.processors.layout.structure import text_layer_blocks
     from ocrstream.processors.split import iter_pages
 
     try:
-        for page in iter_pages(doc.path, None, limits, dpi, use_text_layer=skip_text):
+        use_text_layer = skip_text and regions is None
+        for page in iter_pages(doc.path, None, limits, dpi, use_text_layer=use_text_layer):
             doc.page_count = page.page_count
             if page.error_code is not None:
                 doc.pages[page.page_no] = PageOCR(
@@ -278,15 +333,22 @@ def _split(
                     error_message=page.error_message,
                 )
             elif page.text_lines is not None:
-                doc.pages[page.page_no] = PageOCR(
+                doc.pages[page.page_no] = answered = PageOCR(
                     width=page.width,
                     height=page.height,
                     lines=page.text_lines,
                     status="ok" if page.text_lines else "empty",
-                    blocks=text_layer_blocks(page.text_lines, page.width, page.height)
+                    blocks=text_layer_blocks(
+                        page.text_lines, page.width, page.height, page.text_rules, page.text_images
+                    )
                     if layout
                     else None,
                 )
+                if layout:
+                    doc.crop(page.page_no, answered, page.data)
+            elif regions is not None:
+                data = RegionsPage(page.data, for_page(regions, page.page_no))
+                yield _Job(doc, page.page_no, data)
             else:
                 yield _Job(doc, page.page_no, LayoutPage(page.data) if layout else page.data)
     except PoisonError as e:
@@ -315,12 +377,17 @@ class _Writer:
                 path.write_text(json.dumps(body, ensure_ascii=False, indent=2) + "\n", "utf-8")
         else:
             markdown = self.fmt == "markdown"
-            text = doc.markdown() if markdown else doc.text()
+            folder = f"{doc.doc_id}.figures"
+            text = doc.markdown(folder) if markdown else doc.text()
             if self.output is None:
                 self._stdout(text)
             else:
                 suffix = ".md" if markdown else ".txt"
                 (self.output / f"{doc.doc_id}{suffix}").write_text(text, "utf-8")
+                if markdown and doc.figures:
+                    (self.output / folder).mkdir(exist_ok=True)
+                    for crop, data in doc.figures.items():
+                        (self.output / folder / crop.removeprefix("figures/")).write_bytes(data)
 
     @staticmethod
     def _stdout(text: str, stream: TextIO | None = None) -> None:

@@ -2,7 +2,10 @@
 
 A :class:`Block` is a region of the page with a type, its box in page pixels, the indices of
 the page's OCR lines inside it (into ``lines`` of the same page) and its text; a table block
-also has its ``cells`` and an ``html`` rendering (``rowspan``/``colspan`` where cells span).
+also has its ``cells``, an ``html`` rendering (``rowspan``/``colspan`` where cells span) and
+its ``source``: ``model`` when the cells are the table-structure model's, ``rules`` when they are
+a born-digital page's ruled cells, ``geometry`` when they were derived from the lines'
+positions (no model output, or none usable).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class Block:
     text: str = ""
     html: str | None = None
     cells: tuple[Cell, ...] = ()
+    source: str | None = None  # tables: model | rules | geometry
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -93,6 +97,8 @@ class Block:
         if self.type == "table":
             out["html"] = self.html or table_html(self.cells)
             out["cells"] = [cell.to_dict() for cell in self.cells]
+            if self.source:
+                out["source"] = self.source
         return out
 
     @classmethod
@@ -105,6 +111,7 @@ class Block:
             text=str(data.get("text", "")),
             html=data.get("html"),
             cells=tuple(Cell.from_mapping(c) for c in data.get("cells") or ()),
+            source=data.get("source"),
         )
 
 

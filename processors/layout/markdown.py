@@ -10,7 +10,10 @@
   numbers stay.
 - Tables are GitHub pipe tables (the first row as the header) when no cell spans, else the
   block's HTML ``<table>``.
-- Headers, footers (page numbers included) and figures are left out of the body.
+- A figure is an image link to its crop, ``![Figure N](figures/p{page}-{i}.png)``, relative to
+  document.md (:func:`figure_path`; the assembler stores the crops there,
+  :mod:`ocrstream.processors.figures`).
+- Headers and footers (page numbers included) are left out of the body.
 - A page without blocks (read in text mode, or from a text layer) gives its lines as they are.
 
 Pure: blocks and lines in, a string out.
@@ -28,6 +31,7 @@ _HYPHENATED = re.compile(r"[^\W\d_]-$")  # a letter, then a hyphen, at the end o
 _BULLET = re.compile(r"^\s*[•▪◦●○■□‣⁃*–-]\s+")
 _NUMBER = re.compile(r"^\s*\(?(\d{1,3}|[a-z])[.)]\s+")
 _LEFT_OUT = frozenset({"header", "footer", "figure"})
+MIN_FIGURE_SIDE = 4.0  # a figure box thinner than this (page pixels) has no crop
 _BLOCK_START = re.compile(r"^(\s*)([#>+*-]|\d+[.)]|=+$|```)")
 
 
@@ -126,17 +130,57 @@ def render_block(block: Block, lines: Sequence[str]) -> str | None:
     return _escape(text)
 
 
-def render_page(page: MarkdownPage) -> str:
+def figure_path(page_no: int, index: int) -> str:
+    """A figure crop's name under the document's folder, as document.md links it."""
+    return f"figures/p{page_no}-{index}.png"
+
+
+@dataclass(frozen=True, slots=True)
+class FigureRef:
+    """A figure of a page: its number on the page (from 1, reading order) and box."""
+
+    page_no: int
+    index: int
+    bbox: tuple[float, float, float, float]
+
+    @property
+    def path(self) -> str:
+        return figure_path(self.page_no, self.index)
+
+
+def page_figures(page_no: int, blocks: Sequence[Block] | None) -> list[FigureRef]:
+    """A page's figures in reading order; boxes too thin to show are skipped, uncounted."""
+    out: list[FigureRef] = []
+    for block in blocks or ():
+        x0, y0, x1, y1 = block.bbox
+        if block.type == "figure" and min(x1 - x0, y1 - y0) >= MIN_FIGURE_SIDE:
+            out.append(FigureRef(page_no, len(out) + 1, block.bbox))
+    return out
+
+
+def render_page(page: MarkdownPage, figures_dir: str = "figures") -> str:
     parts = [f"<!-- page {page.page_no} -->"]
     if page.blocks is None:
         body = "\n".join(line for line in page.lines if line.strip())
         if body:
             parts.append(body)
     else:
-        parts += [md for b in page.blocks if (md := render_block(b, page.lines)) is not None]
+        figures = iter(page_figures(page.page_no, page.blocks))
+        for block in page.blocks:
+            if block.type == "figure":
+                x0, y0, x1, y1 = block.bbox
+                if min(x1 - x0, y1 - y0) >= MIN_FIGURE_SIDE:
+                    ref = next(figures)
+                    name = ref.path.removeprefix("figures/")
+                    parts.append(f"![Figure {ref.index}]({figures_dir}/{name})")
+                continue
+            md = render_block(block, page.lines)
+            if md is not None:
+                parts.append(md)
     return "\n\n".join(parts) + "\n"
 
 
-def render_markdown(pages: Sequence[MarkdownPage]) -> str:
-    """The document: its pages in order, each after its page-break marker."""
-    return "\n".join(render_page(page) for page in pages)
+def render_markdown(pages: Sequence[MarkdownPage], figures_dir: str = "figures") -> str:
+    """The document: its pages in order, each after its page-break marker; figure links
+    point into ``figures_dir`` (relative to the Markdown file)."""
+    return "\n".join(render_page(page, figures_dir) for page in pages)

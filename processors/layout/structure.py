@@ -10,8 +10,10 @@
 3. Headers and footers by position too: a block wholly in the top or bottom band of the page
    (:data:`BAND`), or a lone page number near an edge, is a header or footer whatever the model
    said.
-4. Tables get cells from their lines' geometry: rows where lines overlap vertically, columns at
-   the vertical gaps no line crosses.
+4. Tables get their cells from the table-structure model where it read the region
+   (:mod:`.table_grid`: its grid, the lines' text in its cell boxes), ``source`` ``model``;
+   where it did not or its answer is unusable, from their lines' geometry — rows where lines
+   overlap vertically, columns at the vertical gaps no line crosses — ``source`` ``geometry``.
 5. Reading order (:func:`reading_order`): headers, then the body by XY-cut — columns left to
    right where a vertical gap splits the blocks, bands top to bottom where none does, bands
    that share a column layout kept together so that the left column is read to its end before
@@ -20,12 +22,15 @@
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ocrstream.processors.layout.blocks import BBox, Block, Cell
 from ocrstream.processors.layout.model import Detection
+from ocrstream.processors.layout.ruled import ruled_tables
+from ocrstream.processors.layout.table_grid import GridCell, fill_cells
 from ocrstream.processors.ocr.types import Line
 
 #: CDLA class → block type (title is refined into title or heading).
@@ -52,6 +57,13 @@ PAGE_NUMBER = re.compile(
 )
 LIST_ITEM = re.compile(r"^\s*(?:[•▪◦●○■□‣⁃*–-]\s+|\(?\d{1,3}[.)]\s+|\(?[a-z][.)]\s+)")
 _CONTAINERS = ("table", "figure", "equation")
+
+log = logging.getLogger(__name__)
+
+#: The grid of a detected table region (by the detection's index) with cell boxes in page
+#: pixels: the table model's reading, or a born-digital page's ruled cells; None where the
+#: model's answer was unusable.
+TableReadings = Mapping[int, Sequence[GridCell] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +97,16 @@ def _union(boxes: Sequence[BBox]) -> BBox:
 
 
 def build_blocks(
-    detections: Sequence[Detection], lines: Sequence[Line], width: int, height: int
+    detections: Sequence[Detection],
+    lines: Sequence[Line],
+    width: int,
+    height: int,
+    tables: TableReadings | None = None,
+    grid_source: str = "model",
 ) -> tuple[Block, ...]:
-    """The page's blocks in reading order; see the module docstring."""
+    """The page's blocks in reading order; see the module docstring. ``tables``: the grids of
+    detected table regions, by detection index; ``grid_source`` what they came from (the
+    block's ``source``: ``model``, or ``rules`` for a born-digital page's ruled tables)."""
     regions = [_Region(CDLA_TYPES.get(d.label, "text"), d.bbox, d.score) for d in detections]
     boxes = [line_box(line) for line in lines]
     members: list[list[int]] = [[] for _ in regions]
@@ -95,19 +114,28 @@ def build_blocks(
     for i, box in enumerate(boxes):
         owner = _owner(box, regions)
         (members[owner] if owner is not None else loose).append(i)
-    groups = [(r.type, idx, r.bbox) for r, idx in zip(regions, members, strict=True)]
-    groups += [("text", idx, _union([boxes[i] for i in idx])) for idx in _paragraphs(loose, boxes)]
+    groups = [(r.type, members[n], r.bbox, n) for n, r in enumerate(regions)]
+    groups += [
+        ("text", idx, _union([boxes[i] for i in idx]), -1) for idx in _paragraphs(loose, boxes)
+    ]
     blocks: list[Block] = []
-    for kind, idx, region_box in groups:
+    for kind, idx, region_box, region in groups:
         if not idx and kind != "figure":
             continue  # a region with no text is dropped, but for figures
         ordered = _row_order(idx, boxes)
         bbox = _union([region_box, *(boxes[i] for i in ordered)]) if ordered else region_box
         kind = _position_type(kind, bbox, ordered, lines, height)
         if kind == "table":
-            cells = table_cells(ordered, boxes, lines)
+            grid = (tables or {}).get(region)
+            cells = None if grid is None else fill_cells(grid, ordered, boxes, lines)
+            if cells is None and region in (tables or {}):
+                why = "no grid" if grid is None else f"{len(grid)} cells misfit the lines"
+                log.info("table structure unusable (%s): cells from geometry", why)
+            source = grid_source if cells is not None else "geometry"
+            if cells is None:
+                cells = table_cells(ordered, boxes, lines)
             text = "\n".join(" ".join(c.text for c in row) for row in _rows_of(cells))
-            blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells))
+            blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells, source=source))
             continue
         text = _join_rows(ordered, boxes, lines)
         if kind == "text" and _is_list(ordered, boxes, lines):
@@ -120,11 +148,24 @@ def build_blocks(
     return tuple(blocks[i] for i in reading_order(cores, [b.type for b in blocks]))
 
 
-def text_layer_blocks(lines: Sequence[Line], width: int, height: int) -> tuple[Block, ...]:
-    """The blocks of a born-digital page from its own text lines, without a model: lines
-    grouped into paragraphs by position and letter size (font size), big letters as headings
-    and the title, headers and footers by position, the same reading order."""
-    return build_blocks((), lines, width, height)
+def text_layer_blocks(
+    lines: Sequence[Line],
+    width: int,
+    height: int,
+    rules: Sequence[BBox] = (),
+    images: Sequence[BBox] = (),
+) -> tuple[Block, ...]:
+    """The blocks of a born-digital page from its own text lines and drawing, without a
+    model: lines grouped into paragraphs by position and letter size (font size), big letters
+    as headings and the title, headers and footers by position, the same reading order; ruled
+    tables from its vector ``rules`` (:mod:`.ruled`, cells with spans, ``source`` ``rules``)
+    and figures where its ``images`` are drawn (boxes in page pixels)."""
+    regions = [Detection("figure", 1.0, box) for box in images if _area(box) > 0]
+    grids: dict[int, Sequence[GridCell] | None] = {}
+    for table in ruled_tables(rules):
+        grids[len(regions)] = table.cells
+        regions.append(Detection("table", 1.0, table.bbox))
+    return build_blocks(regions, lines, width, height, grids, grid_source="rules")
 
 
 def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:

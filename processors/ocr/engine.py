@@ -7,7 +7,9 @@ rectify every line of every page → (line 0/180 classifier) → rec on width-bu
 drawn from all pages at once → CTC → lines below ``min_confidence`` dropped → for pages given
 as :class:`~ocrstream.processors.ocr.types.LayoutPage`, the layout model on the upright page
 and the blocks built from its regions and the page's lines
-(:mod:`ocrstream.processors.layout`). The layout model is loaded on the first such page.
+(:mod:`ocrstream.processors.layout`), the table-structure model on every table region of the
+call's pages at once (batched across pages). The layout and table models are loaded on the
+first page that needs them.
 
 A page that cannot be decoded or is over the pixel limit comes back ``failed`` with a reason
 code; a page with no text comes back ``empty``; nothing about one page fails another. An error
@@ -21,6 +23,7 @@ buffers. A lock makes concurrent callers take turns.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -36,6 +39,8 @@ from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks
+from ocrstream.processors.layout.table_grid import GridCell, grid_from_structure
+from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureModel
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
@@ -48,8 +53,9 @@ from ocrstream.processors.ocr.orientation import (
     estimate_skew,
     upside_down,
 )
-from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, Line, PageOCR
+from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, Line, PageOCR, RegionsPage
 from ocrstream.processors.page_key import engine_fingerprint
+from ocrstream.processors.regions import Field, field_text
 from ocrstream.settings import OcrSettings
 
 log = logging.getLogger(__name__)
@@ -63,6 +69,15 @@ CLS_SHAPE = (48, 192)
 CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
 REC_STREAMS = 2
 CLS_THRESH = 0.9
+TABLE_MARGIN = 8  # pixels around a table region in its crop for the table model
+REGION_MARGIN = 8  # pixels added around a key-field region's crop (edge pixels repeated)
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldCrop:
+    """A key-field region cut out of its page, read as a page of its own."""
+
+    image: ImageBGR
 
 
 @dataclass(slots=True)
@@ -77,7 +92,9 @@ class _Page:
     boxes: list[det_mod.Box] = field(default_factory=list)
     texts: list[tuple[str, float]] = field(default_factory=list)
     layout: bool = False
+    one_line_rows: bool = False  # a key-field crop: each row of boxes read as one line
     regions: list[Detection] = field(default_factory=list)
+    tables: dict[int, list[GridCell] | None] = field(default_factory=dict)
     ms: dict[str, float] = field(
         default_factory=lambda: {"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0}
     )
@@ -141,6 +158,7 @@ class OcrEngine:
             )
         self._charset = self._check_charset()
         self._layout: LayoutDetector | None = None
+        self._tables: TableStructureModel | None = None
         self._fingerprint_models: dict[str, str] | None = None
         self._lock = threading.Lock()
         self._info = EngineInfo(
@@ -173,6 +191,8 @@ class OcrEngine:
         models = dict(self._fingerprint_models)
         if mode == "layout":
             models["layout"] = LAYOUT_CDLA.sha256
+            if self.settings.table_model:
+                models["table"] = SLANET_PLUS.sha256
         s = self.settings
         options = {
             "precision": s.precision, "det_limit_side": s.det_limit_side,
@@ -216,13 +236,58 @@ class OcrEngine:
 
     # --- the batch call -------------------------------------------------------------------
 
-    def recognize(self, images: Sequence[PageInput | LayoutPage]) -> list[PageOCR]:
+    def recognize(self, images: Sequence[PageInput | LayoutPage | RegionsPage]) -> list[PageOCR]:
         """Recognise many pages in one call: BGR/gray arrays or encoded image bytes, each
-        wrapped in a :class:`LayoutPage` to get its blocks too."""
+        wrapped in a :class:`LayoutPage` to get its blocks too, or in a :class:`RegionsPage`
+        to read only its named regions."""
         with self._lock:
-            return self._recognize(images)
+            if not any(isinstance(i, RegionsPage) for i in images):
+                return self._recognize(images)  # type: ignore[arg-type]
+            return self._recognize_regions(images)
 
-    def _recognize(self, images: Sequence[PageInput | LayoutPage]) -> list[PageOCR]:
+    def _recognize_regions(
+        self, images: Sequence[PageInput | LayoutPage | RegionsPage]
+    ) -> list[PageOCR]:
+        """Key-field pages: every region of every page becomes a small page of its own (with a
+        white margin), read in the same call as the other pages; then each page's lines are
+        put back where they were and one field is made per region."""
+        flat: list[PageInput | LayoutPage | _FieldCrop] = []
+        plans: list[int | tuple[int, int, list[tuple[object, int | None, int, int]]] | PageOCR] = []
+        for item in images:
+            if not isinstance(item, RegionsPage):
+                plans.append(len(flat))
+                flat.append(item)
+                continue
+            try:
+                image = decode_image(item.image, max_pixels=self.settings.max_page_pixels)
+            except PoisonError as e:
+                plans.append(PageOCR(0, 0, (), status="failed", error_code=e.code,
+                                     error_message=str(e), fields=()))  # fmt: skip
+                continue
+            h, w = image.shape[:2]
+            crops: list[tuple[object, int | None, int, int]] = []
+            for region in item.regions:
+                x0, y0, x1, y1 = region.pixels(w, h)
+                if x1 - x0 < 4 or y1 - y0 < 4:
+                    crops.append((region, None, x0, y0))
+                    continue
+                m = REGION_MARGIN
+                crop = cv2.copyMakeBorder(image[y0:y1, x0:x1], m, m, m, m, cv2.BORDER_REPLICATE)
+                crops.append((region, len(flat), x0 - REGION_MARGIN, y0 - REGION_MARGIN))
+                flat.append(_FieldCrop(np.ascontiguousarray(crop)))
+            plans.append((w, h, crops))
+        results = self._recognize(flat)
+        out: list[PageOCR] = []
+        for plan in plans:
+            if isinstance(plan, PageOCR):
+                out.append(plan)
+            elif isinstance(plan, int):
+                out.append(results[plan])
+            else:
+                out.append(_gather_fields(*plan, results))
+        return out
+
+    def _recognize(self, images: Sequence[PageInput | LayoutPage | _FieldCrop]) -> list[PageOCR]:
         pages = [self._decode(img) for img in images]
         live = [p for p in pages if p.image is not None]
         if live:
@@ -231,15 +296,22 @@ class OcrEngine:
             if self.settings.deskew:
                 self._deskew(live)
             self._detect(live)
+            for page in live:
+                if page.one_line_rows and len(page.boxes) > 1:
+                    page.boxes = _merge_rows(page.boxes)
             if self._orient is not None:
                 self._settle_flips([p for p in live if p.check_flip and p.boxes])
             self._read(live)
             self._find_regions([p for p in live if p.layout])
+            if self.settings.table_model:
+                self._read_tables([p for p in live if p.layout])
         return [self._finish(p) for p in pages]
 
-    def _decode(self, data: PageInput | LayoutPage) -> _Page:
-        page = _Page(layout=isinstance(data, LayoutPage))
-        image = data.image if isinstance(data, LayoutPage) else data
+    def _decode(self, data: PageInput | LayoutPage | _FieldCrop) -> _Page:
+        page = _Page(
+            layout=isinstance(data, LayoutPage), one_line_rows=isinstance(data, _FieldCrop)
+        )
+        image = data.image if isinstance(data, LayoutPage | _FieldCrop) else data
         start = time.perf_counter()
         try:
             page.image = decode_image(image, max_pixels=self.settings.max_page_pixels)
@@ -266,6 +338,36 @@ class OcrEngine:
             start = time.perf_counter()
             page.regions = self._layout.detect(page.image)
             page.ms["layout"] = (time.perf_counter() - start) * 1000
+
+    def _read_tables(self, pages: list[_Page]) -> None:
+        """The table model on every table region of the pages, in batches across pages; a
+        region is cropped with a small margin from the upright page."""
+        crops: list[ImageBGR] = []
+        owners: list[tuple[_Page, int, tuple[float, float]]] = []
+        for page in pages:
+            assert page.image is not None
+            h, w = page.image.shape[:2]
+            for n, region in enumerate(page.regions):
+                if region.label != "table":
+                    continue
+                x0, y0, x1, y1 = region.bbox
+                pad = TABLE_MARGIN
+                left, top = max(0, int(x0) - pad), max(0, int(y0) - pad)
+                right, bottom = min(w, int(x1) + pad), min(h, int(y1) + pad)
+                if right - left < 8 or bottom - top < 8:
+                    continue
+                crops.append(page.image[top:bottom, left:right])
+                owners.append((page, n, (float(left), float(top))))
+        if not crops:
+            return
+        if self._tables is None:
+            self._tables = TableStructureModel(self.settings, self._backend)
+        start = time.perf_counter()
+        found = self._tables.read(crops)
+        share = (time.perf_counter() - start) * 1000 / len(crops)
+        for (page, n, origin), structure in zip(owners, found, strict=True):
+            page.tables[n] = grid_from_structure(structure, origin)
+            page.ms["table"] = page.ms.get("table", 0.0) + share
 
     def _fix_orientation(self, pages: list[_Page]) -> None:
         assert self._orient is not None
@@ -337,8 +439,14 @@ class OcrEngine:
 
     def _detect(self, pages: list[_Page]) -> None:
         params = self.det_params
+        # A key-field crop is detected at its page's scale: enlarging a one-line crop to the
+        # detector's minimum side would cost it as much as a whole page.
+        native = dataclasses.replace(params, min_side=32)
         images = [p.image for p in pages if p.image is not None]
-        shapes = [det_mod.det_shape(img.shape[0], img.shape[1], params) for img in images]
+        shapes = [
+            det_mod.det_shape(img.shape[0], img.shape[1], native if p.one_line_rows else params)
+            for p, img in zip([p for p in pages if p.image is not None], images, strict=True)
+        ]
         for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])
@@ -422,7 +530,7 @@ class OcrEngine:
         blocks = None
         if page.layout:
             start = time.perf_counter()
-            blocks = build_blocks(page.regions, kept, int(w), int(h))
+            blocks = build_blocks(page.regions, kept, int(w), int(h), page.tables)
             page.ms["layout"] = page.ms.get("layout", 0.0) + (time.perf_counter() - start) * 1000
         page.ms["total"] = sum(v for k, v in page.ms.items() if k != "total")
         return PageOCR(
@@ -435,3 +543,74 @@ class OcrEngine:
             timings_ms={k: round(v, 2) for k, v in page.ms.items()},
             skew=page.skew,
         )
+
+
+def _gather_fields(
+    width: int,
+    height: int,
+    crops: list[tuple[object, int | None, int, int]],
+    results: list[PageOCR],
+) -> PageOCR:
+    """A key-field page from its regions' results: lines moved back onto the page, a field
+    per region (lines in reading order joined by newlines, the lowest confidence)."""
+    from ocrstream.processors.regions import Region
+
+    lines: list[Line] = []
+    fields: list[Field] = []
+    timings: dict[str, float] = {}
+    for region, index, dx, dy in crops:
+        assert isinstance(region, Region)
+        x0, y0, x1, y1 = region.pixels(width, height)
+        found = results[index].lines if index is not None else ()
+        if index is not None:
+            for key, value in results[index].timings_ms.items():
+                timings[key] = round(timings.get(key, 0.0) + value, 2)
+        moved = [
+            Line(line.text, line.confidence,
+                 tuple((x + dx, y + dy) for x, y in line.polygon))  # type: ignore[arg-type]
+            for line in found
+        ]  # fmt: skip
+        lines += moved
+        text = field_text([(line.text, _line_box(line)) for line in moved])
+        confidence = min((float(line.confidence) for line in moved), default=0.0)
+        fields.append(Field(region.name, text, confidence, (x0, y0, x1, y1)))
+    return PageOCR(
+        width=width,
+        height=height,
+        lines=tuple(lines),
+        status="ok" if lines else "empty",
+        timings_ms=timings,
+        fields=tuple(fields),
+    )
+
+
+def _line_box(line: Line) -> tuple[float, float, float, float]:
+    xs = [p[0] for p in line.polygon]
+    ys = [p[1] for p in line.polygon]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def _merge_rows(boxes: list[det_mod.Box]) -> list[det_mod.Box]:
+    """A key-field crop's boxes, those on one row (vertical overlap of half a box) made one
+    upright box: a field's row is read whole, not in the pieces the detector may cut a short
+    crop into ("124." + ".09")."""
+    rects: list[tuple[float, float, float, float, float]] = []  # x0, y0, x1, y1, score
+    for b in boxes:
+        xs, ys = np.asarray(b.quad, np.float32)[:, 0], np.asarray(b.quad, np.float32)[:, 1]
+        rects.append((float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()), b.score))
+    rows: list[list[tuple[float, float, float, float, float]]] = []
+    for r in sorted(rects, key=lambda r: (r[1] + r[3]) / 2):
+        if rows:
+            ly0 = min(q[1] for q in rows[-1])
+            ly1 = max(q[3] for q in rows[-1])
+            if min(r[3], ly1) - max(r[1], ly0) >= 0.5 * min(r[3] - r[1], ly1 - ly0):
+                rows[-1].append(r)
+                continue
+        rows.append([r])
+    out = []
+    for row in rows:
+        x0, y0 = min(q[0] for q in row), min(q[1] for q in row)
+        x1, y1 = max(q[2] for q in row), max(q[3] for q in row)
+        quad = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float32)
+        out.append(det_mod.Box(quad, min(q[4] for q in row)))
+    return out

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ocrstream.processors.layout.blocks import Block
+    from ocrstream.processors.regions import Field, Region
 
 Point = tuple[float, float]
 
@@ -36,6 +37,15 @@ class LayoutPage:
 
 
 @dataclass(frozen=True, slots=True)
+class RegionsPage:
+    """A page given to the engine to read only its named regions (key-field mode): each
+    region cropped, its lines found and read in the crop alone, one field per region."""
+
+    image: Any
+    regions: tuple[Region, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class EngineInfo:
     backend: str
     model: str
@@ -60,6 +70,7 @@ class PageOCR:
     timings_ms: dict[str, float] = field(default_factory=dict)
     skew: float = 0.0  # degrees the page was turned counter-clockwise by deskew (0: not)
     blocks: tuple[Block, ...] | None = None  # layout mode: in reading order; None: text mode
+    fields: tuple[Field, ...] | None = None  # key-field mode: one per region; None: not asked
 
     @property
     def text(self) -> str:

@@ -100,3 +100,21 @@ def test_a_writer_is_not_left_waiting_when_the_reader_has_gone() -> None:
     with pytest.raises(UploadError) as stopped:
         pipe.put(b"no one reads this")
     assert stopped.value.status == 503
+
+
+def test_submission_regions_are_checked_and_carried_as_an_option() -> None:
+    from fastapi import HTTPException
+
+    from ocrstream.api.app import _options
+
+    boxes = [{"name": "total", "page": 1, "bbox": [0.5, 0.8, 1.0, 0.9]}]
+    *_, reading = _options("text", ["json"], 0, {}, json.dumps(boxes))
+    assert json.loads(reading["regions"]) == boxes
+    *_, template = _options("text", ["json"], 0, {}, {"template": "till-receipt"})
+    assert json.loads(template["regions"]) == {"template": "till-receipt"}
+    assert _options("text", ["json"], 0, {})[-1] == {}
+    bad = [{"name": "total", "bbox": [0.5, 0.8, 2.0, 0.9]}]
+    with pytest.raises(HTTPException) as e:
+        _options("text", ["json"], 0, {}, bad)
+    assert e.value.status_code == 422
+    assert "fractions of the page" in str(e.value.detail)

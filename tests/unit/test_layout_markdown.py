@@ -43,14 +43,20 @@ def test_headings_and_paragraphs_in_block_order() -> None:
     )
 
 
-def test_headers_footers_page_numbers_and_figures_stay_out_of_the_body() -> None:
+def test_headers_and_footers_stay_out_of_the_body_and_figures_link_their_crops() -> None:
     md = _md(
         Block("header", BOX, text="Journal of Rivers"),
         Block("text", BOX, text="Body."),
         Block("figure", BOX),
+        Block("figure", (0, 0, 2, 2)),  # too small to crop: no link
+        Block("caption", BOX, text="Figure 1: a lake"),
+        Block("figure", BOX),
         Block("footer", BOX, text="7"),
     )
-    assert md == "<!-- page 1 -->\n\nBody.\n"
+    assert md == (
+        "<!-- page 1 -->\n\nBody.\n\n![Figure 1](figures/p1-1.png)\n\n*Figure 1: a lake*\n\n"
+        "![Figure 2](figures/p1-2.png)\n"
+    )
 
 
 def test_lists_keep_their_items_and_numbers() -> None:

@@ -181,3 +181,41 @@ def test_layout_mode_on_a_text_layer_page_gives_blocks_without_ocr(cli: CliRunne
         ("text", "Born digital text layer 4711")
     ]
     assert pages[1]["blocks"]  # the scanned page went through the engine and the model
+
+
+def test_regions_read_only_the_named_boxes_into_fields(cli: CliRunner, tmp_path: Path) -> None:
+    from tests.samples import receipt
+
+    sample = receipt(seed=4)
+    path = tmp_path / "receipt.png"
+    path.write_bytes(sample.data)
+    spec = tmp_path / "fields.json"
+    spec.write_text(json.dumps(list(sample.regions)))
+    result = cli.invoke(main, ["--log-level", "WARNING", "ocr", str(path), "--regions", str(spec)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert {name: f["text"] for name, f in doc["fields"].items()} == sample.fields
+    assert len(doc["pages"][0]["lines"]) == 3
+    spec.write_text(json.dumps({"template": "nope"}))
+    bad = cli.invoke(main, ["ocr", str(path), "--regions", str(spec)])
+    assert bad.exit_code == 2
+    assert "unknown regions template 'nope'" in bad.output
+
+
+def test_layout_markdown_to_a_folder_writes_the_figure_crops_it_links(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    from tests.samples import structured_pdf
+
+    path = tmp_path / "report.pdf"
+    path.write_bytes(structured_pdf().data)
+    out = tmp_path / "out"
+    args = ["--mode", "layout", "--skip-text", "--format", "markdown", "--dpi", "150"]
+    result = cli.invoke(main, ["ocr", str(path), *args, "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    md = (out / "report.md").read_text()
+    assert "![Figure 1](report.figures/p2-1.png)" in md.split("\n")
+    assert '<td rowspan="2">Region</td>' in md
+    crop = cv2.imread(str(out / "report.figures" / "p2-1.png"))
+    assert crop is not None
+    assert crop.shape[1] > 300  # the picture, at 150 DPI
