@@ -14,6 +14,9 @@
   document.md (:func:`figure_path`; the assembler stores the crops there,
   :mod:`ocrstream.processors.figures`).
 - Headers and footers (page numbers included) are left out of the body.
+- OCR text is untrusted: ``&``, ``<`` and ``>`` in it are written as character references, so
+  a line that reads ``<img src=x onerror=…>`` shows as that text in every Markdown renderer
+  instead of becoming raw HTML; HTML tables are built from the cells, their text escaped.
 - A page without blocks (read in text mode, or from a text layer) gives its lines as they are.
 
 Pure: blocks and lines in, a string out.
@@ -61,15 +64,22 @@ def reflow(rows: Sequence[str]) -> str:
     return text
 
 
+def _html_safe(text: str) -> str:
+    """Text that no Markdown renderer passes on as HTML (CommonMark decodes the references
+    back to the characters)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _escape(text: str) -> str:
     """A paragraph that would read as Markdown syntax at its start is escaped."""
     return _BLOCK_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}", text, count=1)
 
 
 def _rows(block: Block, lines: Sequence[str]) -> list[str]:
-    return (
+    rows = (
         block.text.split("\n") if block.text else [lines[i] for i in block.lines if i < len(lines)]
     )
+    return [_html_safe(row) for row in rows]
 
 
 def list_items(rows: Sequence[str]) -> list[str]:
@@ -89,7 +99,7 @@ def list_items(rows: Sequence[str]) -> list[str]:
 
 
 def _cell_text(cell: Cell) -> str:
-    return " ".join(cell.text.split()).replace("|", "\\|")
+    return _html_safe(" ".join(cell.text.split())).replace("|", "\\|")
 
 
 def pipe_table(cells: Sequence[Cell]) -> str:
@@ -112,7 +122,7 @@ def render_block(block: Block, lines: Sequence[str]) -> str | None:
         if block.cells and not spans(block.cells):
             return pipe_table(block.cells)
         if block.cells:
-            return block.html or table_html(block.cells)
+            return table_html(block.cells)  # never a record's own html: built, escaped
         text = reflow(_rows(block, lines))
         return _escape(text) if text else None
     rows = _rows(block, lines)
@@ -161,7 +171,7 @@ def page_figures(page_no: int, blocks: Sequence[Block] | None) -> list[FigureRef
 def render_page(page: MarkdownPage, figures_dir: str = "figures") -> str:
     parts = [f"<!-- page {page.page_no} -->"]
     if page.blocks is None:
-        body = "\n".join(line for line in page.lines if line.strip())
+        body = "\n".join(_html_safe(line) for line in page.lines if line.strip())
         if body:
             parts.append(body)
     else:

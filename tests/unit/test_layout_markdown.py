@@ -93,6 +93,26 @@ def test_text_that_looks_like_markdown_is_escaped() -> None:
     assert md == "<!-- page 1 -->\n\n\\# not a heading\n\n\\- not a list\n"
 
 
+def test_ocr_text_never_becomes_html_in_any_block() -> None:
+    """A scan that reads as markup stays text: every renderer shows the characters."""
+    evil = "<img src=x onerror=alert(1)>"
+    spanning = (Cell(0, 0, colspan=2, text=evil), Cell(1, 0, text="a"), Cell(1, 1, text="b"))
+    md = _md(
+        Block("title", BOX, text=evil),
+        Block("text", BOX, text=f"see {evil} & more"),
+        Block("list", BOX, text=f"- {evil}"),
+        Block("caption", BOX, text=evil),
+        Block("table", BOX, cells=(Cell(0, 0, text=evil), Cell(0, 1, text="x"))),
+        # a record's own html is never copied out: the table is built from its cells
+        Block("table", BOX, cells=spanning, html=f"<table><tr><td>{evil}</td></tr></table>"),
+    )
+    assert "<img" not in md
+    assert md.count("&lt;img src=x onerror=alert(1)&gt;") == 6
+    assert "see &lt;img src=x onerror=alert(1)&gt; &amp; more" in md
+    plain = render_markdown([MarkdownPage(1, None, (evil,))])
+    assert plain == "<!-- page 1 -->\n\n&lt;img src=x onerror=alert(1)&gt;\n"
+
+
 def _line(text: str, y: float) -> Line:
     return Line(text, 0.9, ((10.0, y), (200.0, y), (200.0, y + 20), (10.0, y + 20)))
 
