@@ -1,7 +1,8 @@
-"""``ocrstream bench engine|pipeline``: benchmarks (see docs/benchmarks.md for results).
+"""``ocrstream bench engine|pipeline|cache``: benchmarks (see docs/benchmarks.md for results).
 
 ``engine`` lives here; ``pipeline`` is added by the pipeline benchmark
-(``ocrstream.bench.pipeline``) and imported only when it is run.
+(``ocrstream.bench.pipeline``) and ``cache`` by the page-cache benchmark
+(``ocrstream.bench.cache``), each imported only when it is run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class _BenchGroup(click.Group):
         # ---- the pipeline benchmark plugs in here: a click command ``pipeline`` in
         # ocrstream/bench/pipeline.py (written with the pipeline). ----------------------------
         "pipeline": ("ocrstream.bench.pipeline", "pipeline"),
+        "cache": ("ocrstream.bench.cache", "cache"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -47,7 +49,7 @@ class _BenchGroup(click.Group):
 
 @click.group(cls=_BenchGroup)
 def bench() -> None:
-    """Benchmarks: the OCR engine alone, or the whole Kafka pipeline."""
+    """Benchmarks: the OCR engine alone, the whole Kafka pipeline, or the page cache."""
 
 
 @bench.command()
