@@ -86,6 +86,11 @@ def format_report(r: dict[str, Any]) -> str:
             f"pass {name:<6}      {p['documents']} documents, {p['pages']} pages: worker CPU "
             f"{p['worker_cpu_s']:.2f} s ({p['cpu_ms_per_page']:.1f} ms/page), wall "
             f"{p['wall_s']:.1f} s, pages_cached {p['pages_cached']}, statuses {p['statuses']}"
+            + (
+                f"; {p['page_results']} page results, {p['engine_reads']} read by the engine"
+                if "page_results" in p
+                else ""
+            )
         )
     if "ratio" in r:
         rows.append(f"second pass      {verdict(r['ratio'])}")
@@ -181,6 +186,8 @@ class CacheBench:
                 self.echo(f"  worker CPU {self.report[name]['worker_cpu_s']:.2f} s")
         finally:
             client.close()
+        for name, counts in self._page_results(("first", "again")).items():
+            self.report[name].update(counts)
         first, again = self.report["first"]["worker_cpu_s"], self.report["again"]["worker_cpu_s"]
         self.report["ratio"] = round(again / first, 4) if first > 0 else None
         self.report["target_ratio"] = TARGET_RATIO
@@ -202,6 +209,25 @@ class CacheBench:
             "pages_cached": sum(e.pages_cached for e in events.values()),
             "statuses": dict(Counter(e.status.value for e in events.values())),
         }  # fmt: skip
+
+    def _page_results(self, passes: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Per pass, the page results the worker published and how many of them the engine
+        read (not cached): more results than pages means some page was handled twice (a
+        redelivery, a document split twice), which pass 1's CPU then includes."""
+        from ocrstream.schemas.codec import Codec
+        from ocrstream.schemas.records import PageResult
+        from ocrstream.streams import topics
+        from ocrstream.streams.redrive import read_to_end
+
+        codec = Codec(self.kafka)
+        out = {name: {"page_results": 0, "engine_reads": 0} for name in passes}
+        for msg in read_to_end(self.kafka, self.kafka.topic(topics.PAGE_RESULTS)):
+            result = codec.decode_as(msg.value() or b"", PageResult)
+            counts = out.get(result.doc_id.split("-", 1)[0])
+            if counts is not None:
+                counts["page_results"] += 1
+                counts["engine_reads"] += 0 if result.cached else 1
+        return out
 
     @staticmethod
     def _submit_and_wait(

@@ -43,7 +43,8 @@ def test_the_report_names_the_machine_both_passes_and_the_ratio() -> None:
     def one(cpu: float, cached: int) -> dict[str, object]:
         return {"documents": 50, "pages": 200, "worker_cpu_s": cpu,
                 "cpu_ms_per_page": cpu * 5, "wall_s": 10.0, "pages_cached": cached,
-                "statuses": {"completed": 50}}  # fmt: skip
+                "statuses": {"completed": 50}, "page_results": 200,
+                "engine_reads": 200 - cached}  # fmt: skip
 
     report = {"run_id": "bench-cache-x", "machine": {"cpu": "AMD EPYC", "cores": 2},
               "load_average_before": (3.0, 2.0, 1.0), "load_average_after": (4.0, 3.0, 2.0),
@@ -52,6 +53,7 @@ def test_the_report_names_the_machine_both_passes_and_the_ratio() -> None:
     assert "AMD EPYC, 2 cores; load average 3.0 before, 4.0 after" in text
     assert "worker CPU 400.00 s (2000.0 ms/page)" in text
     assert "pages_cached 200" in text
+    assert "200 page results, 0 read by the engine" in text
     assert "1.50% of pass 1 (meets the 5% target)" in text
 
 
