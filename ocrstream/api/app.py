@@ -90,6 +90,11 @@ class DocumentStatusBody(BaseModel):
     outputs: dict[str, str]
     error: dict[str, str] | None
     submitted_at: str | None = None
+    revision: int | None = Field(
+        None,
+        description="1, then one more per `ocrstream reprocess`: the revision this status is "
+        "of (a reprocess under way is `processing` at its new revision); null while queued",
+    )
 
 
 class DocumentList(BaseModel):
@@ -456,14 +461,14 @@ def create_app(
 
     def describe(doc_id: str, submitted_at: str | None) -> DocumentStatusBody:
         entry = book.get(doc_id)
-        if entry.event is not None:
-            return terminal(entry.event, submitted_at)
-        if entry.progress is not None:
-            pr = entry.progress
+        ev, pr = entry.event, entry.progress
+        if ev is not None and (pr is None or pr.revision <= ev.revision):
+            return terminal(ev, submitted_at)
+        if pr is not None:  # under way: the first revision, or a reprocess after a terminal one
             return DocumentStatusBody(
                 doc_id=doc_id, status="processing", pages_done=pr.pages_done,
                 page_count=pr.page_count, outputs={}, error=None,
-                submitted_at=submitted_at,
+                submitted_at=submitted_at, revision=pr.revision,
             )  # fmt: skip
         return DocumentStatusBody(doc_id=doc_id, status="queued", pages_done=0, page_count=None,
                                   outputs={}, error=None, submitted_at=submitted_at)  # fmt: skip
@@ -476,7 +481,7 @@ def create_app(
         return DocumentStatusBody(
             doc_id=doc_id, status=ev.status.value, pages_done=ev.pages_ok + ev.pages_failed,
             page_count=ev.page_count, outputs=outputs, error=error,
-            submitted_at=submitted_at,
+            submitted_at=submitted_at, revision=ev.revision,
         )  # fmt: skip
 
     @app.get("/v1/documents/{doc_id}", response_model=DocumentStatusBody)
@@ -509,9 +514,12 @@ def create_app(
         record = await anyio.to_thread.run_sync(submission, doc_id, tenant)
         since = datetime.fromisoformat(record["submitted_at"])
         submitted_at = record.get("submitted_at")
+        entry = book.get(doc_id)
+        known = [r.revision for r in (entry.event, entry.progress) if r is not None]
         body = events.stream(
             kafka, client.codec, doc_id, since, last_event_id,
             lambda ev: terminal(ev, submitted_at).model_dump(), api.events_max_s,
+            max(known, default=1),
         )  # fmt: skip
         return StreamingResponse(body, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",

@@ -8,7 +8,8 @@ needs no state in the API. Every record of one document is on one partition of e
 are keyed by doc_id), so an event's id — the offsets of the last record sent on each topic,
 ``r{results}.p{progress}.d{documents}`` — says exactly what a reconnecting client has seen:
 with ``Last-Event-ID`` the stream skips those and goes on. The stream ends after the terminal
-event, or after ``ApiSettings.events_max_s`` (the client reconnects with its last id).
+event, or after ``ApiSettings.events_max_s`` (the client reconnects with its last id). A
+reprocessed document streams the latest revision the API knows of when the stream opens.
 """
 
 from __future__ import annotations
@@ -79,9 +80,12 @@ def stream(
     last_event_id: str | None,
     describe: Callable[[DocumentEvent], dict[str, Any]],
     max_s: float,
+    revision: int = 1,
 ) -> Iterator[bytes]:
     """The event stream of ``doc_id`` (blocking: starlette runs it in a worker thread).
-    ``describe(event)`` renders the terminal event as the status body."""
+    ``describe(event)`` renders the terminal event as the status body. Records of revisions
+    before ``revision`` (the latest the caller knows of) are skipped: the stream of a
+    reprocessed document is its new revision's, not the first terminal event it meets."""
     position = Position.parse(last_event_id)
     consumer = Consumer(kafka.librdkafka(**{
         "group.id": f"ocrstream-api-events-{uuid.uuid4().hex[:12]}",
@@ -118,6 +122,8 @@ def stream(
             except PoisonError:
                 continue
             if getattr(record, "doc_id", None) != doc_id:
+                continue
+            if getattr(record, "revision", 1) < revision:
                 continue
             setattr(position, kind, offset)
             if isinstance(record, DocumentProgress):

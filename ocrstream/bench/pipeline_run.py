@@ -349,24 +349,30 @@ class PipelineBench:
                 "OCRSTREAM_WORKER_CACHE": "false"}  # fmt: skip
 
     def _cleanup(self) -> None:
-        from confluent_kafka.admin import AdminClient
+        remove_run(self.kafka, self.s3, self.echo)
 
-        from ocrstream.storage import ObjectStore
 
-        try:
-            admin = AdminClient(self.kafka.librdkafka(log_level=3))
-            names = [n for n in admin.list_topics(timeout=30).topics
-                     if n.startswith(self.kafka.topic_prefix)]  # fmt: skip
-            for fut in admin.delete_topics(names).values() if names else ():
+def remove_run(kafka: Any, s3: Any, echo: Echo) -> None:
+    """Delete a bench run's topics and consumer groups (everything under its prefix) and its
+    bucket; what can't be deleted is reported, not raised."""
+    from confluent_kafka.admin import AdminClient
+
+    from ocrstream.storage import ObjectStore
+
+    try:
+        admin = AdminClient(kafka.librdkafka(log_level=3))
+        names = [n for n in admin.list_topics(timeout=30).topics
+                 if n.startswith(kafka.topic_prefix)]  # fmt: skip
+        for fut in admin.delete_topics(names).values() if names else ():
+            fut.result(30)
+        groups = [g.group_id for g in admin.list_consumer_groups().result().valid
+                  if g.group_id.startswith(kafka.topic_prefix)]  # fmt: skip
+        for fut in admin.delete_consumer_groups(groups).values() if groups else ():
+            with contextlib.suppress(Exception):
                 fut.result(30)
-            groups = [g.group_id for g in admin.list_consumer_groups().result().valid
-                      if g.group_id.startswith(self.kafka.topic_prefix)]  # fmt: skip
-            for fut in admin.delete_consumer_groups(groups).values() if groups else ():
-                with contextlib.suppress(Exception):
-                    fut.result(30)
-            ObjectStore(self.s3).remove_bucket()
-        except Exception as e:  # noqa: BLE001 - the report matters more than the cleanup
-            self.echo(f"cleanup of {self.run_id} incomplete: {e}")
+        ObjectStore(s3).remove_bucket()
+    except Exception as e:  # noqa: BLE001 - the report matters more than the cleanup
+        echo(f"cleanup of {kafka.topic_prefix.rstrip('.')} incomplete: {e}")
 
 
 @contextlib.contextmanager

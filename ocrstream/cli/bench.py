@@ -1,7 +1,7 @@
-"""``ocrstream bench engine|pipeline|api|structure``: benchmarks (see docs/benchmarks.md).
+"""``ocrstream bench engine|pipeline|api|structure|cache``: benchmarks (see docs/benchmarks.md).
 
-``engine`` and ``structure`` live here; ``pipeline`` is added by the pipeline benchmark
-(``ocrstream.bench.pipeline``) and imported only when it is run.
+``engine`` and ``structure`` live here; ``pipeline``, ``api`` and ``cache`` are added by their
+modules in ``ocrstream.bench``, each imported only when it is run.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class _BenchGroup(click.Group):
         "pipeline": ("ocrstream.bench.pipeline", "pipeline"),
         # the HTTP API's load and memory measurement (ocrstream/bench/api.py)
         "api": ("ocrstream.bench.api", "api"),
+        "cache": ("ocrstream.bench.cache", "cache"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -49,8 +50,8 @@ class _BenchGroup(click.Group):
 
 @click.group(cls=_BenchGroup)
 def bench() -> None:
-    """Benchmarks: the OCR engine alone, document structure, the whole Kafka pipeline, or the
-    HTTP API."""
+    """Benchmarks: the OCR engine alone, document structure, the whole Kafka pipeline, the
+    HTTP API, or the page cache."""
 
 
 @bench.command()

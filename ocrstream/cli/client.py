@@ -108,17 +108,20 @@ def results(
             elif isinstance(record, PageResult):
                 first = record.lines[0].text if record.lines else ""
                 err = f" {record.error.code}" if record.error else ""
+                cached = " cached" if record.cached else ""
                 click.echo(
-                    f"page      {record.doc_id} {record.page_no}/{record.page_count} "
-                    f"{record.status.value}{err} {len(record.lines)} lines  {first[:60]}"
+                    f"page      {record.doc_id} rev {record.revision} "
+                    f"{record.page_no}/{record.page_count} {record.status.value}{err}{cached} "
+                    f"{len(record.lines)} lines  {first[:60]}"
                 )
             elif isinstance(record, DocumentProgress):
-                click.echo(f"progress  {record.doc_id} {record.pages_done}/{record.page_count}")
+                click.echo(f"progress  {record.doc_id} rev {record.revision} "
+                           f"{record.pages_done}/{record.page_count}")  # fmt: skip
             elif isinstance(record, DocumentEvent):
                 err = f" {record.error.code}" if record.error else ""
                 click.echo(
-                    f"document  {record.doc_id} {record.status.value}{err} "
-                    f"{record.pages_ok}/{record.page_count} pages ok"
+                    f"document  {record.doc_id} rev {record.revision} {record.status.value}{err} "
+                    f"{record.pages_ok}/{record.page_count} pages ok, {record.pages_cached} cached"
                 )
     except KeyboardInterrupt:
         pass
@@ -138,6 +141,7 @@ class _Doc:
     pages: int = 0
     pages_ok: int = 0
     pages_cached: int = 0
+    revision: int | None = None
     seconds: float | None = None
     outputs: dict[str, str] = field(default_factory=dict)
     task: Any = None
@@ -146,7 +150,7 @@ class _Doc:
         return {
             "file": str(self.path), "doc_id": self.doc_id, "status": self.status or "pending",
             "reason_code": self.reason, "pages": self.pages, "pages_ok": self.pages_ok,
-            "pages_cached": self.pages_cached,
+            "pages_cached": self.pages_cached, "revision": self.revision,
             "seconds": None if self.seconds is None else round(self.seconds, 3),
             "outputs": {k: str(Path(v).relative_to(out_dir)) for k, v in self.outputs.items()},
         }  # fmt: skip
@@ -273,7 +277,7 @@ def run(
             doc.status = event.status.value
             doc.reason = event.error.code if event.error else None
             doc.pages, doc.pages_ok = event.page_count, event.pages_ok
-            doc.pages_cached = event.pages_cached
+            doc.pages_cached, doc.revision = event.pages_cached, event.revision
             doc.seconds = (event.completed_at - event.submitted_at).total_seconds()
         for i, doc in enumerate(docs):
             if doc.doc_id and doc.status:

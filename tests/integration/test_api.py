@@ -280,6 +280,41 @@ def test_uploads_complete_and_their_outputs_stream_back(
     assert b"ocrstream_api_request_seconds_bucket" in text
 
 
+@pytest.mark.timeout(360)
+def test_the_status_names_the_revision_and_a_reprocess_moves_it_on(
+    api: Api, topics: KafkaSettings, object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """A document's status is of revision 1; after ``ocrstream reprocess`` it is completed at
+    revision 2, in the status body and in the terminal event of its stream."""
+    with harness.stack(topics, object_store.bucket, tmp_path) as make:
+        pipeline, _witness = make()
+        pipeline.start()
+        status, accepted = api.upload("acme", fake_doc(4, 2).data, "letter.pdf")
+        assert status == 202, accepted
+        doc_id = accepted["doc_id"]
+        first = wait_status(api, "acme", doc_id)
+        assert (first["status"], first["revision"]) == ("completed", 1), first
+
+        env = {**os.environ, "OCRSTREAM_TOPIC_PREFIX": topics.topic_prefix,
+               "OCRSTREAM_S3_BUCKET": object_store.bucket}  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "ocrstream", "reprocess", doc_id, "--timeout", "180"],
+            env=env, cwd=REPO, capture_output=True, timeout=240,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+
+        def at_revision_2() -> dict[str, Any] | None:
+            status, body = api.json("GET", f"/v1/documents/{doc_id}", tenant="acme")
+            assert status == 200, body
+            return body if body["revision"] == 2 and body["status"] == "completed" else None
+
+        second = wait_until(at_revision_2, 60, "the status at revision 2", interval_s=0.2)
+        assert second["pages_done"] == second["page_count"] == 2, second
+        stream = read_events(api, "acme", doc_id)
+        assert stream[-1]["event"] == "terminal"
+        assert stream[-1]["data"]["revision"] == 2
+
+
 def read_events(
     api: Api, tenant: str, doc_id: str, last_event_id: str | None = None
 ) -> list[dict[str, Any]]:
