@@ -72,6 +72,15 @@ KNOWN_METRICS: dict[str, Metric] = {
     "ocrstream_routing_total": _m("counter", "pool", "outcome"),
     "ocrstream_shadow_cer": _m("histogram"),
     "ocrstream_shadow_confidence_delta": _m("histogram"),
+    # the edge: webhook agent and HTTP API (ocrstream-edge.json, ocrstream-edge.rules.yml)
+    "ocrstream_webhook_deliveries_total": _m("counter", "outcome"),
+    "ocrstream_webhook_delivery_seconds": _m("histogram"),
+    "ocrstream_webhook_pending_retries": _m("gauge"),
+    "ocrstream_api_requests_total": _m("counter", "route", "status", "tenant"),
+    "ocrstream_api_request_seconds": _m("histogram", "route", "status"),
+    "ocrstream_api_limited_total": _m("counter", "tenant", "limit"),
+    "ocrstream_api_usage_total": _m("counter", "tenant", "limit"),
+    "ocrstream_api_usage_lag_seconds": _m("histogram"),
 }
 # Labels every scraped series has.
 TARGET_LABELS = frozenset({"instance", "job"})

@@ -34,6 +34,8 @@ METRICS_PORTS: dict[str, int] = {
     "webhooks": 9105,
     "ocr-worker": 9110,
     "shadow-comparer": 9106,
+    # The HTTP API serves /metrics on its own port (ApiSettings.port, OCRSTREAM_API_PORT).
+    "api": 8080,
 }
 MAX_LOCAL_OCR_WORKERS = 10
 # One set of agents at a time on those ports: a test or benchmark that runs agents on them

@@ -3,17 +3,24 @@
 The local Prometheus (``ocrstream infra up``, 127.0.0.1:19090) scrapes the fixed ports of
 infra/prometheus/prometheus.yml, so the agents run on those ports here — splitter 9101,
 assembler 9102, lag exporter 9103, the local autoscaler 9104 and the OCR worker it starts on
-9110 — under the lock every user of those ports takes. Documents go through (good scans, one
+9110 — under the lock every user of those ports takes; the webhook agent on 9105 and the HTTP
+API on 8080 (its /metrics beside the routes) run too. Documents go through (good scans, one
 with a broken page, one that is not a PDF, and undecodable records for the dead-letter
-topic), and then:
+topic), three images are uploaded through the API with callbacks to a receiver the test runs
+(one answers 200, one 503 once and then 200, one 410: delivered, retried, dead-lettered), and a
+tenant limited to two requests a minute gets 429s; and then:
 
 - every agent serves the metrics docs/architecture.md ("Metrics") makes it responsible for,
   as Prometheus stores them;
 - every PromQL expression of the dashboards and of the recording rules returns data over the
   run (a range query), the recorded series exist, and the alert expressions evaluate — only
-  the dead-letter alert holding, since dead letters were sent;
+  the two dead-letter alerts holding, since dead letters were sent (a webhook's among them);
 - with the agents stopped, ``ocrstream_consumer_lag`` on the lag exporter's ``/metrics``
   equals what the Kafka admin API says for every group, topic and partition of the run.
+
+The Prometheus is the one on ``OCRSTREAM_INFRA_PROMETHEUS_PORT`` (19090 by default), run from
+this checkout's infra/prometheus/prometheus.yml: the test reloads it when the rendered config
+changed, and fails when it scrapes other jobs than that file names.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ import re
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +66,16 @@ from ocrstream.streams.gpu_metrics import cuda_index
 from ocrstream.streams.supervisor import AgentSpec, Supervisor, ocrstream_command
 from ocrstream.streams.topics import delete_topics, ensure_topics
 from tests import hostile, samples
+from tests.integration.test_api import multipart, png
 from tests.polling import wait_until
-from tests.promql import ROOT, metric_names, promql_items
+from tests.promql import ROOT, RULES, metric_names, promql_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-PROMETHEUS = "http://127.0.0.1:19090"
+PROMETHEUS = f"http://127.0.0.1:{ServicesSettings().prometheus_port}"
 JOBS = {"splitter": "9101", "assembler": "9102", "lag-exporter": "9103", "autoscaler": "9104",
-        "ocr-worker": "9110", "shadow-comparer": "9106"}  # fmt: skip
+        "ocr-worker": "9110", "shadow-comparer": "9106", "webhooks": "9105",
+        "api": "8080"}  # fmt: skip
 # What each agent must serve (docs/architecture.md "Metrics"; histograms by their _count).
 SERVED = {
     "splitter": ["ocrstream_pages_total", "ocrstream_documents_total",
@@ -79,7 +90,24 @@ SERVED = {
     "lag-exporter": ["ocrstream_consumer_lag"],
     "shadow-comparer": ["ocrstream_shadow_cer_count", "ocrstream_shadow_confidence_delta_count"],
     "autoscaler": ["ocrstream_autoscaler_replicas", "ocrstream_autoscaler_desired_replicas"],
+    "webhooks": ["ocrstream_webhook_deliveries_total", "ocrstream_webhook_delivery_seconds_count",
+                 "ocrstream_webhook_pending_retries", "ocrstream_dlq_total"],
+    "api": ["ocrstream_api_requests_total", "ocrstream_api_request_seconds_count",
+            "ocrstream_api_limited_total", "ocrstream_api_usage_total"],
 }  # fmt: skip
+# The edge: a tenant the API limits to two requests a minute, webhooks to loopback over http
+# (which only these settings allow), retried after half a second.
+LIMITED = "limited"
+EDGE_ENV = {
+    "OCRSTREAM_API_TENANT_LIMITS": json.dumps({LIMITED: {"requests_per_minute": 2}}),
+    "OCRSTREAM_WEBHOOK_ALLOW_HTTP": "true",
+    "OCRSTREAM_WEBHOOK_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
+    "OCRSTREAM_WEBHOOK_BACKOFF_S": "0.5",
+    "OCRSTREAM_WEBHOOK_BACKOFF_MAX_S": "2",
+    "OCRSTREAM_WEBHOOK_JITTER": "0",
+}
+# What the receiver answers on each path (a list: one answer per call, the last one repeated).
+CALLBACKS = {"/hooks/ok": [200], "/hooks/flaky": [503, 200], "/hooks/gone": [410]}
 GPU_METRICS = {"ocrstream_gpu_utilization_ratio", "ocrstream_gpu_memory_used_bytes"}
 
 
@@ -132,6 +160,8 @@ class Run:
     started: float = 0.0
     finished: float = 0.0
     statuses: dict[str, DocumentStatus] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # tenant -> API key
+    receiver: Receiver | None = None
 
     def stop_agents(self) -> None:
         self.supervisor.stop()
@@ -152,7 +182,7 @@ def ensure_prometheus_config() -> None:
         running = yaml.safe_load(api("status/config")["yaml"])
         jobs = {job["job_name"] for job in running["scrape_configs"]}
         groups = {g["name"] for g in api("rules")["groups"]}
-        return jobs == want and "ocrstream" in groups
+        return jobs == want and rule_groups() <= groups
 
     if not loaded():  # a rule file added since it started, or rendered and never reloaded
         request = urllib.request.Request(f"{PROMETHEUS}/-/reload", method="POST")
@@ -161,6 +191,65 @@ def ensure_prometheus_config() -> None:
     targets = {(t_["labels"]["job"], t_["scrapeUrl"]) for t_ in api("targets")["activeTargets"]}
     for job, port in JOBS.items():
         assert (job, f"http://127.0.0.1:{port}/metrics") in targets, (job, sorted(targets))
+
+
+def rule_groups() -> set[str]:
+    """The rule groups of infra/prometheus/rules/*.yml."""
+    return {group["name"] for path in RULES.glob("*.yml")
+            for group in yaml.safe_load(path.read_text())["groups"]}  # fmt: skip
+
+
+@dataclass
+class Receiver:
+    """Webhook receiver on loopback: answers each path as CALLBACKS says, records the calls."""
+
+    server: ThreadingHTTPServer
+    calls: list[tuple[str, int]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def answer(self, path: str) -> int:
+        with self.lock:
+            answers = CALLBACKS.get(path.split("?")[0], [404])
+            status = answers[min(len([c for c in self.calls if c[0] == path]), len(answers) - 1)]
+            self.calls.append((path, status))
+            return status
+
+
+def start_receiver() -> Receiver:
+    receiver: Receiver
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(receiver.answer(self.path))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    receiver = Receiver(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
+    threading.Thread(target=receiver.server.serve_forever, daemon=True).start()
+    return receiver
+
+
+def edge(run: Run, method: str, path: str, tenant: str, body: bytes | None = None,
+         content_type: str | None = None) -> tuple[int, Any]:  # fmt: skip
+    """A request to the API under test as ``tenant``: (status, the JSON body or None)."""
+    headers = {"Authorization": f"Bearer {run.keys[tenant]}"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    url = f"http://127.0.0.1:{JOBS['api']}{path}"
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            status, text = response.status, response.read()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read()
+    return status, json.loads(text) if text else None
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +269,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         "OCRSTREAM_LAG_INTERVAL_S": "1",
         "OCRSTREAM_ASSEMBLER_SCAN_INTERVAL_S": "1",
         "OCRSTREAM_WORKER_MAX_WAIT_MS": "50",
+        "OCRSTREAM_API_KEYS_FILE": str(tmp_path_factory.mktemp("api") / "api-keys.json"),
+        "OCRSTREAM_WEBHOOK_SECRETS_FILE": str(tmp_path_factory.mktemp("webhooks") / "secrets.json"),
+        **EDGE_ENV,
     }
+    keys = {}
+    for tenant in ("acme", LIMITED):  # each tenant's first key makes its webhook secret
+        made = subprocess.run(ocrstream_command(["api", "keys", "create", "--tenant", tenant]),
+                              env=env, capture_output=True, check=True)  # fmt: skip
+        keys[tenant] = made.stdout.decode().strip()
     specs = [
         AgentSpec("splitter", ("splitter", "--metrics-port", JOBS["splitter"])),
         AgentSpec("assembler", ("assembler", "--metrics-port", JOBS["assembler"])),
@@ -192,6 +289,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         AgentSpec("autoscaler", ("scale", "--min", "1", "--max", "2", "--lag-threshold", "5",
                                  "--cooldown", "5", "--stabilization", "10", "--interval", "1",
                                  "--metrics-port", JOBS["autoscaler"])),
+        AgentSpec("webhooks", ("webhooks", "--metrics-port", JOBS["webhooks"])),
+        AgentSpec("api", ("api", "--port", JOBS["api"])),
     ]  # fmt: skip
     log_path = tmp_path_factory.mktemp("observability") / "agents.log"
     with file_lock(METRICS_PORTS_LOCK), open(log_path, "wb") as log:
@@ -199,12 +298,16 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                                 stdout=log.fileno())  # fmt: skip
         thread = threading.Thread(target=supervisor.run, daemon=True)
         thread.start()
-        the_run = Run(kafka, s3, env, supervisor, thread, log_path)
+        the_run = Run(kafka, s3, env, supervisor, thread, log_path, keys=keys,
+                      receiver=start_receiver())  # fmt: skip
         try:
             drive(the_run)
             yield the_run
         finally:
             the_run.stop_agents()
+            assert the_run.receiver is not None
+            the_run.receiver.server.shutdown()
+            the_run.receiver.server.server_close()
             print(log_path.read_text(errors="replace")[-5000:])
             admin = AdminClient(kafka.librdkafka())
             names = [n for n in admin.list_topics(timeout=10).topics
@@ -231,6 +334,24 @@ def drive(run: Run) -> None:
     junk.produce(kafka.topic(t.PAGES), key=b"junk/1", value=b"\x00not avro either")
     assert junk.flush(10) == 0
 
+    # Through the API: three images with callbacks, and a tenant past its requests per minute.
+    def api_ready() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{JOBS['api']}/readyz", timeout=10) as r:
+            return r.status == 200
+
+    wait_until(api_ready, 120, "the API ready", interval_s=1, ignoring=(OSError,))
+    receiver = run.receiver
+    assert receiver is not None
+    uploaded = []
+    for path in CALLBACKS:
+        body, content_type = multipart(png(200, 50), "edge.png",
+                                       {"callback_url": receiver.url(path)})  # fmt: skip
+        status, answer = edge(run, "POST", "/v1/documents", "acme", body, content_type)
+        assert status == 202, (status, answer)
+        uploaded.append(answer["doc_id"])
+    limited = [edge(run, "GET", "/v1/documents", LIMITED)[0] for _ in range(4)]
+    assert limited == [200, 200, 429, 429], limited
+
     client = OcrClient(kafka, run.s3)
     docs = {f"scan-{i}": samples.scanned_pdf(pages=2, lines_per_page=4, dpi=100, seed=70 + i).data
             for i in range(3)}  # fmt: skip
@@ -250,9 +371,20 @@ def drive(run: Run) -> None:
     # A second dead letter a few scrapes after the first: the DLQ counter *rises* in Prometheus.
     junk.produce(kafka.topic(t.SCANS), key=b"junk-2", value=b"\x00still not avro")
     assert junk.flush(10) == 0
-    wait_until(lambda: scalar("sum(ocrstream_documents_total)") == len(docs)
-               and scalar("sum(ocrstream_dlq_total)") == 3, 60,
-               "Prometheus to count every document and dead letter", interval_s=1)  # fmt: skip
+    # The callbacks: delivered, retried then delivered, refused for good (a dead letter).
+    wait_until(lambda: sorted(receiver.calls) == sorted([("/hooks/ok", 200), ("/hooks/flaky", 503),
+                                                         ("/hooks/flaky", 200),
+                                                         ("/hooks/gone", 410)]),
+               120, "the webhook agent to call back every uploaded document",
+               interval_s=1)  # fmt: skip
+    outcomes = 'sum(ocrstream_webhook_deliveries_total{outcome="%s"})'
+    wait_until(lambda: scalar("sum(ocrstream_documents_total)") == len(docs) + len(uploaded)
+               and scalar("sum(ocrstream_dlq_total)") == 4
+               and scalar(outcomes % "delivered") == 2 and scalar(outcomes % "retry") == 1
+               and scalar(outcomes % "dead_letter") == 1
+               and scalar("sum(ocrstream_webhook_pending_retries)") == 0, 60,
+               "Prometheus to count every document, dead letter and callback",
+               interval_s=1)  # fmt: skip
     # Two more scrapes of every agent, then a rule evaluation after them: the rates and the
     # recorded series cover the end of the run.
     counted = time.time()
@@ -322,14 +454,16 @@ def test_every_dashboard_and_recording_rule_expression_returns_data(run: Run) ->
     assert not unrecorded, unrecorded
 
 
-def test_alert_expressions_evaluate_and_only_the_dead_letter_alert_holds(run: Run) -> None:
+def test_alert_expressions_evaluate_and_only_the_dead_letter_alerts_hold(run: Run) -> None:
     alerts = {i.name: i.expr for i in promql_items() if i.kind == "alert"}
     assert set(alerts) >= {"OcrstreamDeadLetters", "OcrstreamLagExporterDown",
                            "OcrstreamNoProgress", "OcrstreamConsumerLagGrowing"}  # fmt: skip
+    assert set(alerts) >= {"OcrstreamWebhooksDeadLettered", "OcrstreamWebhookRetriesGrowing",
+                           "OcrstreamApiServerErrors"}  # fmt: skip
     holding = {name for name, expr in alerts.items() if query(expr)}
-    assert holding == {"OcrstreamDeadLetters"}, holding
+    assert holding == {"OcrstreamDeadLetters", "OcrstreamWebhooksDeadLettered"}, holding
     stages = {s["metric"]["stage"] for s in query(alerts["OcrstreamDeadLetters"])}
-    assert "splitter" in stages
+    assert {"splitter", "webhook"} <= stages, stages
 
 
 def test_gpu_panels_return_data_on_a_gpu_worker(run: Run) -> None:

@@ -149,6 +149,12 @@ def test_dashboards_cover_what_operators_watch() -> None:
         "ocrstream_worker_info",
         "ocrstream_gpu_utilization_ratio",
         "ocrstream_autoscaler_replicas",
+        "ocrstream_webhook_deliveries_total",
+        "ocrstream_webhook_delivery_seconds_bucket",
+        "ocrstream_webhook_pending_retries",
+        "ocrstream_api_requests_total",
+        "ocrstream_api_request_seconds_bucket",
+        "ocrstream_api_limited_total",
     ):
         assert name in used, f"no dashboard panel shows {name}"
 
@@ -156,6 +162,8 @@ def test_dashboards_cover_what_operators_watch() -> None:
 def test_alerts_exist() -> None:
     alerts = {i.name for i in promql_items() if i.kind == "alert"}
     assert {"OcrstreamConsumerLagGrowing", "OcrstreamDeadLetters", "OcrstreamNoProgress"} <= alerts
+    assert {"OcrstreamWebhooksDeadLettered", "OcrstreamWebhookRetriesGrowing",
+            "OcrstreamApiServerErrors"} <= alerts  # fmt: skip
 
 
 def test_provisioned_datasource_has_the_dashboards_uid() -> None:
