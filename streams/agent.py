@@ -11,9 +11,11 @@ fetched records reach an agent and which it drops (see
 The watch keeps, for every partition the app owns on its source topics, the offset of the first
 record the agent has not handled yet (the *frontier*: the group's committed offset when the
 partition was assigned, moved on by every record handled in order). Every ``interval_s`` it
-compares the frontier with the partition's high watermark: a partition with records behind the
-frontier, none of them handled for ``stall_after_s`` while the agent sits idle (six times that
-while it is busy with other records), is *stalled*.
+compares the frontier with the partition's high watermark: a partition whose record at the
+frontier has waited ``stall_after_s`` since the watch first saw it there while the agent sits
+idle (six times that while it is busy with other records), is *stalled*. The wait counts from
+that first sighting, not from the frontier's last move: a record landing on a partition idle for
+an hour is faust's to deliver first (handing it over at once would read it twice).
 Its records from the frontier on are then read directly (a confluent-kafka consumer that only
 assigns, never joins the group), handed to the same handler as a normal event (agents
 de-duplicate as they do for any redelivery), acked in faust so its commits move on, logged as a
@@ -69,6 +71,8 @@ class PartitionWatch:
     handled: list[int] = field(default_factory=list)  # handled offsets above the frontier, sorted
     working: set[int] = field(default_factory=set)  # offsets a handler is on right now
     moved_at: float = field(default_factory=time.monotonic)  # when the frontier last moved
+    # when a record at the frontier was first seen waiting (None: none seen since it moved)
+    behind_since: float | None = None
 
     def start(self, offset: int) -> None:
         self.working.add(offset)
@@ -97,7 +101,20 @@ class PartitionWatch:
         self.frontier = offset
         self.handled = [o for o in self.handled if o >= offset]
         self.moved_at = time.monotonic()
+        self.behind_since = None
         self._advance()
+
+    def stalled(self, high: int, now: float, bound: float) -> bool:
+        """Has the record at the frontier waited ``bound`` seconds, the log's end being
+        ``high``? Counted from when the watch first saw it there, not from when the frontier
+        last moved: a record that lands on a partition idle for an hour is not stalled yet
+        (faust is about to deliver it), and handing it over would read it twice."""
+        if self.frontier is None or high <= self.frontier:
+            self.behind_since = None
+            return False
+        if self.behind_since is None:
+            self.behind_since = now
+        return now - self.behind_since >= bound
 
     def skip_to(self, offset: int) -> None:
         """No record exists below ``offset`` (read directly: the log starts later)."""
@@ -114,6 +131,7 @@ class PartitionWatch:
                 moved = True
         if moved:
             self.moved_at = time.monotonic()
+            self.behind_since = None
 
 
 class StallWatch:
@@ -225,12 +243,13 @@ class StallWatch:
             if not quiet:
                 return
             highs = await loop.run_in_executor(None, self._high_watermarks, quiet)
+            now = time.monotonic()
             for tp in quiet:
                 part = self._parts.get(tp)
                 if (
                     part is not None
                     and part.frontier is not None
-                    and highs.get(tp, 0) > part.frontier
+                    and part.stalled(highs.get(tp, 0), now, bound)
                 ):
                     await self._hand_over(tp, part, part.frontier, highs[tp])
 

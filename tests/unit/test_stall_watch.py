@@ -49,6 +49,21 @@ def test_redeliveries_behind_the_frontier_change_nothing() -> None:
     assert part.moved_at == moved
 
 
+def test_a_record_on_a_long_idle_partition_is_not_stalled_until_it_has_waited() -> None:
+    """The wait counts from when the record was first seen at the frontier, not from when the
+    frontier last moved: faust gets the chance to deliver a fresh record first."""
+    part = PartitionWatch()
+    part.begin_at(4)
+    idle_for_an_hour = part.moved_at + 3600.0
+    assert not part.stalled(high=4, now=idle_for_an_hour, bound=10.0)  # nothing waiting
+    assert not part.stalled(high=5, now=idle_for_an_hour + 1, bound=10.0)  # just arrived
+    assert not part.stalled(high=5, now=idle_for_an_hour + 10, bound=10.0)
+    assert part.stalled(high=5, now=idle_for_an_hour + 11, bound=10.0)  # waited 10 s
+    part.finish(4)  # handled: the next record's wait starts when it is seen
+    assert not part.stalled(high=6, now=idle_for_an_hour + 12, bound=10.0)
+    assert part.stalled(high=6, now=idle_for_an_hour + 22, bound=10.0)
+
+
 def test_skip_to_jumps_over_offsets_that_no_longer_exist() -> None:
     part = PartitionWatch()
     part.begin_at(0)
