@@ -16,10 +16,9 @@ per-class NMS are numpy here.
 from __future__ import annotations
 
 import logging
-import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -28,7 +27,13 @@ import numpy.typing as npt
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends import create, session_options
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
-from ocrstream.processors.ocr.models import ModelFile, onnx_metadata, sha256_file, verify
+from ocrstream.processors.ocr.models import (
+    ModelFile,
+    joined_output_model,
+    onnx_metadata,
+    sha256_file,
+    verify,
+)
 from ocrstream.settings import OcrSettings
 
 log = logging.getLogger(__name__)
@@ -58,32 +63,19 @@ class Detection:
 
 def single_output_model(path: Path, cache_dir: Path) -> Path:
     """A copy of the layout model whose one output is every head concatenated (see the module
-    docstring), cached by the source's hash (in a private temporary folder if the cache is not
-    writable)."""
+    docstring), cached by the source's hash."""
     name = f"layout-{sha256_file(path)[:16]}-one-output.onnx"
-    try:
-        return _write_single_output(path, Path(cache_dir) / "models" / name)
-    except OSError as e:  # a read-only cache: a private temporary folder of this process
-        log.warning(
-            "cannot write the layout model to %s (%s): using a temporary copy", cache_dir, e
-        )
-    try:
-        return _write_single_output(path, Path(tempfile.mkdtemp(prefix="ocrstream-")) / name)
-    except OSError as e:
-        raise FatalError(f"no writable folder for {name}: {e}", code="model_invalid") from e
+    return joined_output_model(path, cache_dir, name, _join_heads)
 
 
-def _write_single_output(path: Path, target: Path) -> Path:
-    import onnx
+def _join_heads(model: Any) -> str:
     from onnx import helper
 
-    if target.is_file():
-        return target
-    model = onnx.load(str(path))
     outputs = [o.name for o in model.graph.output]
     half = len(outputs) // 2
     if len(outputs) != 2 * len(STRIDES):
-        raise FatalError(f"{path}: expected {2 * len(STRIDES)} outputs", code="model_invalid")
+        raise FatalError(f"the layout model: expected {2 * len(STRIDES)} outputs",
+                         code="model_invalid")  # fmt: skip
     per_stride = []
     for i in range(half):
         name = f"layout_head_{i}"
@@ -92,15 +84,7 @@ def _write_single_output(path: Path, target: Path) -> Path:
         )
         per_stride.append(name)
     model.graph.node.append(helper.make_node("Concat", per_stride, ["layout_all"], axis=1))
-    del model.graph.output[:]
-    model.graph.output.append(
-        helper.make_tensor_value_info("layout_all", onnx.TensorProto.FLOAT, None)
-    )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(target)
-    return target
+    return "layout_all"
 
 
 def preprocess(image: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:

@@ -21,11 +21,10 @@ Decoding to tokens and boxes is here; tokens to cells is :mod:`.table_grid` (pur
 from __future__ import annotations
 
 import logging
-import tempfile
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -34,7 +33,13 @@ import numpy.typing as npt
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends import create, session_options
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
-from ocrstream.processors.ocr.models import ModelFile, onnx_metadata, sha256_file, verify
+from ocrstream.processors.ocr.models import (
+    ModelFile,
+    joined_output_model,
+    onnx_metadata,
+    sha256_file,
+    verify,
+)
 from ocrstream.settings import OcrBackend, OcrSettings
 
 log = logging.getLogger(__name__)
@@ -78,39 +83,20 @@ def vocabulary(characters: Sequence[str]) -> tuple[str, ...]:
 
 def single_output_model(path: Path, cache_dir: Path) -> Path:
     """A copy of the model whose one output is boxes and probabilities side by side (see the
-    module docstring), cached by the source's hash (in a private temporary folder if the cache
-    is not writable)."""
+    module docstring), cached by the source's hash."""
     name = f"table-{sha256_file(path)[:16]}-one-output.onnx"
-    try:
-        return _write_single_output(path, Path(cache_dir) / "models" / name)
-    except OSError as e:
-        log.warning("cannot write the table model to %s (%s): using a temporary copy", cache_dir, e)
-    try:
-        return _write_single_output(path, Path(tempfile.mkdtemp(prefix="ocrstream-")) / name)
-    except OSError as e:
-        raise FatalError(f"no writable folder for {name}: {e}", code="model_invalid") from e
+    return joined_output_model(path, cache_dir, name, _join_outputs)
 
 
-def _write_single_output(path: Path, target: Path) -> Path:
-    import onnx
+def _join_outputs(model: Any) -> str:
     from onnx import helper
 
-    if target.is_file():
-        return target
-    model = onnx.load(str(path))
     outputs = [o.name for o in model.graph.output]
     if len(outputs) != 2:
-        raise FatalError(f"{path}: expected 2 outputs (boxes, tokens)", code="model_invalid")
+        raise FatalError("the table model: expected 2 outputs (boxes, tokens)",
+                         code="model_invalid")  # fmt: skip
     model.graph.node.append(helper.make_node("Concat", outputs, ["table_all"], axis=2))
-    del model.graph.output[:]
-    model.graph.output.append(
-        helper.make_tensor_value_info("table_all", onnx.TensorProto.FLOAT, None)
-    )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(target)
-    return target
+    return "table_all"
 
 
 def preprocess(crop: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:

@@ -20,9 +20,12 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import logging
+import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ocrstream.errors import FatalError
 
@@ -359,6 +362,40 @@ def _optional_orientation() -> Path | None:
         return verify(DOC_ORIENTATION)
     except FatalError:
         return None
+
+
+def joined_output_model(path: Path, cache_dir: Path, name: str, join: Callable[[Any], str]) -> Path:
+    """A copy of an ONNX model whose outputs ``join`` merged into one: ``join`` gets the loaded
+    ``onnx.ModelProto``, appends its nodes and returns the one output's name (raising
+    :class:`FatalError` ``model_invalid`` for a model it doesn't know). One output is what
+    every backend hands back the same way. The copy is ``cache_dir/models/{name}`` with the
+    source's hash in ``name``, written once (atomically: several workers may race), or a private
+    temporary folder's when the cache is not writable."""
+    try:
+        return _write_joined(path, Path(cache_dir) / "models" / name, join)
+    except OSError as e:  # a read-only cache: a private temporary folder of this process
+        log.warning("cannot write %s to %s (%s): using a temporary copy", name, cache_dir, e)
+    try:
+        return _write_joined(path, Path(tempfile.mkdtemp(prefix="ocrstream-")) / name, join)
+    except OSError as e:
+        raise FatalError(f"no writable folder for {name}: {e}", code="model_invalid") from e
+
+
+def _write_joined(path: Path, target: Path, join: Callable[[Any], str]) -> Path:
+    import onnx
+    from onnx import helper
+
+    if target.is_file():
+        return target
+    model = onnx.load(str(path))
+    output = join(model)
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info(output, onnx.TensorProto.FLOAT, None))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
+    onnx.save(model, str(tmp))
+    tmp.replace(target)
+    return target
 
 
 def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
