@@ -114,7 +114,13 @@ def build_blocks(
     for i, box in enumerate(boxes):
         owner = _owner(box, regions)
         (members[owner] if owner is not None else loose).append(i)
-    groups = [(r.type, members[n], r.bbox, n) for n, r in enumerate(regions)]
+    groups = []
+    for n, r in enumerate(regions):
+        parts = _by_letter_size(members[n], boxes) if r.type == "heading" else [members[n]]
+        if len(parts) == 1:
+            groups.append((r.type, members[n], r.bbox, n))
+        else:  # a title region over a title and the heading under it: one block each
+            groups += [(r.type, part, _union([boxes[i] for i in part]), n) for part in parts]
     groups += [
         ("text", idx, _union([boxes[i] for i in idx]), -1) for idx in _paragraphs(loose, boxes)
     ]
@@ -165,7 +171,100 @@ def text_layer_blocks(
     for table in ruled_tables(rules):
         grids[len(regions)] = table.cells
         regions.append(Detection("table", 1.0, table.bbox))
+    regions = refine_regions(regions, lines, width, height)
     return build_blocks(regions, lines, width, height, grids, grid_source="rules")
+
+
+#: A table cell's line is at most this share of the page width (body lines are wider).
+CELL_WIDTH = 0.25
+#: Lines of cells found in a grid: at least this many rows with two or more cells.
+GRID_ROWS = 3
+
+
+def refine_regions(
+    detections: Sequence[Detection], lines: Sequence[Line], width: int, height: int
+) -> list[Detection]:
+    """The layout model's regions corrected by the page's lines; run before the table model,
+    so that the tables found here are read by it. Indices of ``detections`` are kept (a region
+    is relabelled, never dropped); found tables are appended.
+
+    - A grid of short lines — at least :data:`GRID_ROWS` rows of two or more lines, each line
+      at most :data:`CELL_WIDTH` of the page wide, in columns that overlap from row to row,
+      crossed by no wider line, its first and last rows of two or more lines (a heading or
+      caption stacked on it is not a row) — that no table region holds is a table (the layout model
+      reads many borderless tables as text, a figure or nothing).
+    - A figure region that such a table fills (most of its height) is that table: it becomes
+      a text region whose lines the table takes.
+    - A figure region filled with lines of running text (three or more, most of them over
+      half its width) is text."""
+    out = list(detections)
+    boxes = [line_box(line) for line in lines]
+    grids = _grids(boxes, [d.bbox for d in detections if d.label == "table"], width, height)
+    for n, d in enumerate(out):
+        if d.label != "figure":
+            continue
+        inside = [b for b in boxes if _inter(b, d.bbox) >= 0.5 * max(_area(b), 1e-6)]
+        fw = d.bbox[2] - d.bbox[0]
+        long_ = [b for b in inside if b[2] - b[0] >= 0.5 * fw]
+        filled = any(
+            _inter(g, d.bbox) >= 0.8 * _area(g) and g[3] - g[1] >= 0.6 * (d.bbox[3] - d.bbox[1])
+            for g in grids
+        )
+        if filled or (len(inside) >= 3 and 2 * len(long_) >= len(inside)):
+            out[n] = Detection("text", d.score, d.bbox)
+    out += [Detection("table", 0.5, g) for g in grids]
+    return out
+
+
+def _grids(boxes: Sequence[BBox], tables: Sequence[BBox], width: int, height: int) -> list[BBox]:
+    """Boxes of the grids of short lines (see :func:`refine_regions`)."""
+
+    def free(b: BBox) -> bool:
+        held = any(_inter(b, t) >= 0.5 * max(_area(b), 1e-6) for t in tables)
+        return not held and b[1] >= BAND * height and b[3] <= (1 - BAND) * height
+
+    short = [i for i, b in enumerate(boxes) if b[2] - b[0] <= CELL_WIDTH * width and free(b)]
+    parent = {i: i for i in short}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    ordered = sorted(short, key=lambda j: boxes[j][1])
+    for a, i in enumerate(ordered):
+        x0, y0, x1, y1 = boxes[i]
+        h = max(y1 - y0, 1.0)
+        for j in ordered[a + 1 :]:
+            u0, v0, u1, v1 = boxes[j]
+            if v0 - y1 > 1.5 * h:
+                break
+            same_row = min(y1, v1) - max(y0, v0) >= 0.5 * min(h, v1 - v0)
+            gap = max(u0 - x1, x0 - u1)
+            stacked = -0.5 * h <= v0 - y1 <= 1.5 * h and min(x1, u1) - max(x0, u0) > 0
+            if (same_row and gap <= 0.2 * width) or stacked:
+                parent[find(j)] = find(i)
+    members: dict[int, list[int]] = {}
+    for i in short:
+        members.setdefault(find(i), []).append(i)
+    found: list[BBox] = []
+    for idx in members.values():
+        rows = _rows(idx, boxes)
+        while rows and len(rows[0]) < 2:  # a heading or caption just above, not a row
+            rows.pop(0)
+        while rows and len(rows[-1]) < 2:
+            rows.pop()
+        if sum(1 for r in rows if len(r) >= 2) < GRID_ROWS:
+            continue
+        bbox = _union([boxes[i] for r in rows for i in r])
+        crossed = any(
+            i not in parent and _inter(b, bbox) >= 0.5 * max(_area(b), 1e-6)
+            for i, b in enumerate(boxes)
+        )
+        if not crossed:
+            found.append(bbox)
+    return found
 
 
 def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:
@@ -230,6 +329,22 @@ def _rows(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
 
 def _row_order(idx: Sequence[int], boxes: Sequence[BBox]) -> list[int]:
     return [i for row in _rows(idx, boxes) for i in row]
+
+
+def _by_letter_size(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
+    """A heading region's rows cut where the letter height changes by a quarter or more from
+    one row to the next (a title and the section heading under it in one region)."""
+    rows = _rows(idx, boxes)
+    parts: list[list[int]] = []
+    last = 0.0
+    for row in rows:
+        h = _median([boxes[i][3] - boxes[i][1] for i in row])
+        if parts and max(h, last) < 1.25 * min(h, last):
+            parts[-1] += row
+        else:
+            parts.append(list(row))
+        last = h
+    return parts or [list(idx)]
 
 
 def _join_rows(idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]) -> str:

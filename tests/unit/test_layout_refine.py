@@ -1,0 +1,96 @@
+"""Layout: the model's regions corrected by the page's lines — borderless tables it missed
+(read as text, a figure or nothing) found as grids of short lines, figures of running text
+read as text, a title region over a title and a heading split by letter size."""
+
+from __future__ import annotations
+
+from ocrstream.processors.layout.model import Detection
+from ocrstream.processors.layout.structure import build_blocks, refine_regions, text_layer_blocks
+from ocrstream.processors.ocr.types import Line
+
+W, H = 1240, 1754  # A4 at 150 DPI
+
+
+def _line(text: str, x0: float, y0: float, x1: float, y1: float) -> Line:
+    return Line(text, 0.95, ((x0, y0), (x1, y0), (x1, y1), (x0, y1)))
+
+
+def _grid(top: float) -> list[Line]:
+    """A borderless table: a header row and four rows of a label and three numbers."""
+    rows = [["Region", "2020", "2021", "2022"]] + [
+        [name, f"{r}1.5", f"{r}2.5", f"{r}3.5"] for r, name in enumerate(["North", "South", "East"])
+    ]
+    return [
+        _line(text, 150 + c * 120, top + r * 34, 150 + c * 120 + 80, top + r * 34 + 24)
+        for r, row in enumerate(rows)
+        for c, text in enumerate(row)
+    ]
+
+
+def _paragraph(top: float, n: int, x0: float = 150, x1: float = 1090) -> list[Line]:
+    return [_line(f"running text line {i} of the body.", x0, top + i * 34, x1, top + i * 34 + 24)
+            for i in range(n)]  # fmt: skip
+
+
+def test_a_borderless_grid_the_model_missed_is_a_table_without_the_heading_above_it() -> None:
+    lines = [_line("Market Overview", 150, 300, 420, 330), *_grid(350), *_paragraph(560, 3)]
+    detections = [Detection("text", 0.9, (140, 555, 1100, 650))]
+    regions = refine_regions(detections, lines, W, H)
+    assert [d.label for d in regions] == ["text", "table"]
+    blocks = build_blocks(regions, lines, W, H)
+    assert [b.type for b in blocks] == ["text", "table", "text"]
+    assert blocks[0].text == "Market Overview"
+    table = blocks[1]
+    assert (max(c.row for c in table.cells), max(c.col for c in table.cells)) == (3, 3)
+    assert [c.text for c in table.cells[:5]] == ["Region", "2020", "2021", "2022", "North"]
+
+
+def test_a_figure_region_that_is_a_grid_becomes_the_table_and_one_of_prose_becomes_text() -> None:
+    lines = [*_grid(350), *_paragraph(700, 4)]
+    detections = [
+        Detection("figure", 0.6, (140, 340, 1000, 500)),  # the table, wider than its cells
+        Detection("figure", 0.6, (140, 690, 1100, 840)),  # a paragraph
+        Detection("figure", 0.9, (140, 900, 800, 1300)),  # a picture: no lines
+    ]
+    regions = refine_regions(detections, lines, W, H)
+    assert [d.label for d in regions] == ["text", "text", "figure", "table"]
+    blocks = build_blocks(regions, lines, W, H)
+    assert [b.type for b in blocks] == ["table", "text", "figure"]
+
+
+def test_two_columns_of_prose_with_short_last_lines_are_no_table() -> None:
+    lines: list[Line] = []
+    for top in (300, 500, 700):
+        lines += [*_paragraph(top, 3, 100, 580), _line("end.", 100, top + 102, 160, top + 126)]
+        lines += [*_paragraph(top, 3, 660, 1140), _line("fin.", 660, top + 102, 720, top + 126)]
+    assert refine_regions([], lines, W, H) == []
+
+
+def test_a_table_region_already_found_is_not_found_twice() -> None:
+    lines = _grid(350)
+    detections = [Detection("table", 0.9, (140, 340, 560, 500))]
+    assert refine_regions(detections, lines, W, H) == detections
+
+
+def test_a_born_digital_grid_without_rules_is_a_table_from_its_words() -> None:
+    lines = [*_paragraph(200, 2), *_grid(350)]
+    blocks = text_layer_blocks(lines, W, H)
+    assert [b.type for b in blocks] == ["text", "table"]
+    assert blocks[1].source == "geometry"
+
+
+def test_a_title_region_over_the_title_and_a_smaller_heading_gives_two_blocks() -> None:
+    lines = [
+        _line("Board Report 2026", 130, 170, 830, 220),  # 50 px letters
+        _line("Market Overview", 130, 235, 350, 265),  # 30 px
+        *_paragraph(300, 3),
+    ]
+    detections = [
+        Detection("title", 0.7, (120, 165, 840, 270)),
+        Detection("text", 0.9, (140, 295, 1100, 400)),
+    ]
+    blocks = build_blocks(detections, lines, W, H)
+    assert [(b.type, b.text) for b in blocks][:2] == [
+        ("title", "Board Report 2026"),
+        ("heading", "Market Overview"),
+    ]
