@@ -38,8 +38,8 @@ def test_a_borderless_grid_the_model_missed_is_a_table_without_the_heading_above
     regions = refine_regions(detections, lines, W, H)
     assert [d.label for d in regions] == ["text", "table"]
     blocks = build_blocks(regions, lines, W, H)
-    assert [b.type for b in blocks] == ["text", "table", "text"]
-    assert blocks[0].text == "Market Overview"
+    assert (blocks[0].type, blocks[0].text) == ("heading", "Market Overview")
+    assert [b.type for b in blocks][1:] == ["table", "text"]
     table = blocks[1]
     assert (max(c.row for c in table.cells), max(c.col for c in table.cells)) == (3, 3)
     assert [c.text for c in table.cells[:5]] == ["Region", "2020", "2021", "2022", "North"]
@@ -94,3 +94,30 @@ def test_a_title_region_over_the_title_and_a_smaller_heading_gives_two_blocks() 
         ("title", "Board Report 2026"),
         ("heading", "Market Overview"),
     ]
+
+
+def test_a_born_digital_h2_a_third_bigger_than_the_body_is_a_heading() -> None:
+    lines = [
+        _line("Annual Review", 150, 100, 700, 150),  # the title
+        *_paragraph(200, 3),
+        *_paragraph(380, 2),
+        _line("results and costs", 150, 470, 400, 503),  # 33 px: over a third bigger
+        *_paragraph(530, 2),
+    ]
+    types = [(b.type, b.text) for b in text_layer_blocks(lines, W, H)]
+    assert ("heading", "results and costs") in types
+    assert [t for t, _ in types] == ["title", "text", "text", "heading", "text"]
+
+
+def test_a_title_cased_line_alone_is_a_heading_and_a_paragraph_tail_is_not() -> None:
+    lines = [
+        _line("Quality Control", 150, 300, 400, 324),
+        *_paragraph(360, 2),
+        _line("Our Staff Read It All.", 150, 500, 500, 524),  # ends a sentence
+        _line("the lower costs of energy", 150, 600, 500, 624),  # not capitalised
+        *_paragraph(700, 2),
+    ]
+    regions = [Detection("text", 0.9, (140, y - 5, 1100, y + 29)) for y in (300, 500, 600)]
+    blocks = build_blocks(regions, lines, W, H)
+    headings = [b.text for b in blocks if b.type == "heading"]
+    assert headings == ["Quality Control"]
