@@ -111,8 +111,9 @@ def build_blocks(
     boxes = [line_box(line) for line in lines]
     members: list[list[int]] = [[] for _ in regions]
     loose: list[int] = []
+    live = _undoubled(regions)
     for i, box in enumerate(boxes):
-        owner = _owner(box, regions)
+        owner = _owner(box, live)
         (members[owner] if owner is not None else loose).append(i)
     groups = []
     for n, r in enumerate(regions):
@@ -267,11 +268,38 @@ def _grids(boxes: Sequence[BBox], tables: Sequence[BBox], width: int, height: in
     return found
 
 
-def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:
+#: Body regions (text, reference) that the model draws twice over the same lines.
+_BODY = ("text", "reference")
+#: A body region this much inside a more confident one is the same paragraphs twice.
+DOUBLED = 0.7
+
+
+def _undoubled(regions: Sequence[_Region]) -> list[_Region | None]:
+    """The regions with those the model drew twice left out (None, so indices stay): a text
+    or reference region lying mostly (:data:`DOUBLED`) inside a more confident text or
+    reference region. Two such regions over one column would otherwise share its lines by a
+    few pixels of overlap, each taking every other paragraph's rows."""
+    out: list[_Region | None] = list(regions)
+    for i, a in enumerate(regions):
+        if a.type not in _BODY:
+            continue
+        for j, b in enumerate(regions):
+            if i == j or b.type not in _BODY or out[j] is None:
+                continue
+            inner = _inter(a.bbox, b.bbox) >= DOUBLED * max(_area(a.bbox), 1e-6)
+            if inner and (b.score, _area(b.bbox)) > (a.score, _area(a.bbox)):
+                out[i] = None
+                break
+    return out
+
+
+def _owner(box: BBox, regions: Sequence[_Region | None]) -> int | None:
     """The region that holds most of the line (at least half of it); containers first."""
     area = max(_area(box), 1e-6)
     best: tuple[int, float, float] | None = None
     for i, region in enumerate(regions):
+        if region is None:
+            continue
         share = _inter(box, region.bbox) / area
         if share < 0.5:
             continue

@@ -121,3 +121,20 @@ def test_a_title_cased_line_alone_is_a_heading_and_a_paragraph_tail_is_not() -> 
     blocks = build_blocks(regions, lines, W, H)
     headings = [b.text for b in blocks if b.type == "heading"]
     assert headings == ["Quality Control"]
+
+
+def test_a_column_the_model_drew_twice_is_read_in_order_not_row_by_row_between_the_two() -> None:
+    # two paragraphs in one column, their rows long and short in turn
+    lines = [
+        _line(f"row{i}", 150, top, 1098 if i % 2 == 0 else 1000, top + 24)
+        for i, top in enumerate((300, 334, 368, 420, 454, 488))
+    ]
+    detections = [
+        Detection("reference", 0.9, (145, 295, 1090, 525)),  # both paragraphs, a bit narrow
+        Detection("text", 0.6, (140, 290, 1100, 530)),  # the same again, a little bigger
+        Detection("text", 0.7, (140, 415, 1100, 530)),  # the second paragraph inside them
+    ]
+    blocks = build_blocks(detections, lines, W, H)
+    assert [(b.type, b.text.split()) for b in blocks] == [
+        ("reference", [f"row{i}" for i in range(6)])
+    ]
