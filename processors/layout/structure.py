@@ -1,12 +1,19 @@
 """From a page's layout detections and OCR lines to its blocks in reading order. Pure.
 
+0. Before the table model runs, :func:`refine_regions` corrects the model's regions by the
+   page's lines: a grid of short lines that no table region holds is a table (borderless
+   tables are often read as text, a figure or nothing), a figure that such a grid fills or
+   that is full of running text is text.
 1. Lines go to the detected region that holds most of their area (a table or figure before the
-   text around it); lines in no region are grouped into text blocks by proximity, so a page
-   where the model found nothing still has paragraphs.
-2. CDLA classes map to block types (:data:`CDLA_TYPES`); a short text block with letters half
-   again as tall as the body's is a heading the model missed; the tallest-lettered heading in
-   the top part of the page is the ``title``, the others stay ``heading``; a text block whose
-   rows start with bullets or numbers is a ``list``.
+   text around it; a text or reference region lying mostly inside a more confident one is the
+   same paragraphs drawn twice and takes none); lines in no region are grouped into text
+   blocks by proximity, so a page where the model found nothing still has paragraphs.
+2. CDLA classes map to block types (:data:`CDLA_TYPES`); a title region over rows of clearly
+   different letter sizes gives one block per size; a short text block with letters
+   :data:`HEADING_SIZE` times the body's, or one capitalised line that ends no sentence, is a
+   heading the model missed; the tallest-lettered heading in the top part of the page is the
+   ``title``, the others stay ``heading``; a text block whose rows start with bullets or
+   numbers is a ``list``.
 3. Headers and footers by position too: a block wholly in the top or bottom band of the page
    (:data:`BAND`), or a lone page number near an edge, is a header or footer whatever the model
    said.
@@ -165,8 +172,10 @@ def text_layer_blocks(
     """The blocks of a born-digital page from its own text lines and drawing, without a
     model: lines grouped into paragraphs by position and letter size (font size), big letters
     as headings and the title, headers and footers by position, the same reading order; ruled
-    tables from its vector ``rules`` (:mod:`.ruled`, cells with spans, ``source`` ``rules``)
-    and figures where its ``images`` are drawn (boxes in page pixels)."""
+    tables from its vector ``rules`` (:mod:`.ruled`, cells with spans, ``source`` ``rules``),
+    grids of short lines without rules as tables with cells from geometry
+    (:func:`refine_regions`), and figures where its ``images`` are drawn (boxes in page
+    pixels)."""
     regions = [Detection("figure", 1.0, box) for box in images if _area(box) > 0]
     grids: dict[int, Sequence[GridCell] | None] = {}
     for table in ruled_tables(rules):
