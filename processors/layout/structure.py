@@ -481,29 +481,55 @@ def _titles(blocks: list[Block], boxes: Sequence[BBox], height: int) -> list[Blo
 def table_cells(
     idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]
 ) -> tuple[Cell, ...]:
-    """Cells from line geometry: rows of overlapping lines, columns at the vertical gaps that
-    no line crosses; lines in the same row and column share a cell."""
+    """Cells from line geometry: rows of overlapping lines; columns at the vertical gaps that
+    no line crosses but those spanning several columns (a group header over its columns,
+    taken narrowest lines first); a line over several columns spans them (``colspan``), and a
+    row label left empty under one (the first column empty in a row that has cells) continues
+    it (``rowspan``)."""
     if not idx:
         return ()
-    spans = sorted((boxes[i][0], boxes[i][2]) for i in idx)
     columns: list[list[float]] = []
-    for x0, x1 in spans:
-        if columns and x0 <= columns[-1][1]:
-            columns[-1][1] = max(columns[-1][1], x1)
-        else:
+    for x0, x1 in sorted(((boxes[i][0], boxes[i][2]) for i in idx), key=lambda s: s[1] - s[0]):
+        hit = [c for c in columns if min(x1, c[1]) - max(x0, c[0]) > 0]
+        if len(hit) == 1:
+            hit[0][0], hit[0][1] = min(hit[0][0], x0), max(hit[0][1], x1)
+        elif not hit:
             columns.append([x0, x1])
-    cells: list[Cell] = []
+    columns.sort()
+    spans: list[Cell] = []
     for r, row in enumerate(_rows(idx, boxes)):
         by_col: dict[int, list[int]] = {}
+        width: dict[int, int] = {}
         for i in row:
-            cx = (boxes[i][0] + boxes[i][2]) / 2
-            col = next(c for c, (x0, x1) in enumerate(columns) if x0 <= cx <= x1)
+            x0, x1 = boxes[i][0], boxes[i][2]
+            covered = [c for c, (c0, c1) in enumerate(columns) if x0 <= (c0 + c1) / 2 <= x1]
+            if not covered:
+                cx = (x0 + x1) / 2
+                covered = [min(range(len(columns)), key=lambda c: abs(sum(columns[c]) / 2 - cx))]
+            col = covered[0]
             by_col.setdefault(col, []).append(i)
+            width[col] = max(width.get(col, 1), covered[-1] - col + 1)
         for col in sorted(by_col):
             members = by_col[col]
             text = " ".join(lines[i].text.strip() for i in members)
-            cells.append(Cell(r, col, 1, 1, _union([boxes[i] for i in members]), text))
-    return tuple(cells)
+            box = _union([boxes[i] for i in members])
+            spans.append(Cell(r, col, 1, width[col], box, text))
+    return _continued_labels(spans)
+
+
+def _continued_labels(cells: list[Cell]) -> tuple[Cell, ...]:
+    """A first-column cell spans down over the rows below it whose first column is empty."""
+    rows = _rows_of(cells)
+    out: list[Cell] = []
+    label: int | None = None  # index in out of the last first-column cell
+    for row in rows:
+        if row[0].col == 0:
+            label = len(out)
+        elif label is not None:
+            c = out[label]
+            out[label] = Cell(c.row, c.col, c.rowspan + 1, c.colspan, c.bbox, c.text)
+        out += row
+    return tuple(out)
 
 
 def _rows_of(cells: Sequence[Cell]) -> list[list[Cell]]:

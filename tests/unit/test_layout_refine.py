@@ -138,3 +138,25 @@ def test_a_column_the_model_drew_twice_is_read_in_order_not_row_by_row_between_t
     assert [(b.type, b.text.split()) for b in blocks] == [
         ("reference", [f"row{i}" for i in range(6)])
     ]
+
+
+def test_cells_from_geometry_span_under_a_group_header_and_down_a_row_label() -> None:
+    # | Region (2 rows) | Returns (3 columns)  |
+    # |                 | 2020 | 2022 | 2025   |
+    # | North (2 rows)  | 85.1 | 97.1 | 26.0   |
+    # |                 | 74.0 | 38.4 | 13.2   |
+    xs = (150, 300, 420, 540)
+    rows = [["Region", "Returns"], ["2020", "2022", "2025"], ["North", "85.1", "97.1", "26.0"]]
+    rows.append(["74.0", "38.4", "13.2"])
+    lines = [_line("Region", 150, 300, 230, 324), _line("Returns", 330, 300, 600, 324)]
+    lines += [_line(t, x, 334, x + 60, 358) for t, x in zip(rows[1], xs[1:], strict=True)]
+    lines += [_line(t, x, 368, x + 60, 392) for t, x in zip(rows[2], xs, strict=True)]
+    lines += [_line(t, x, 402, x + 60, 426) for t, x in zip(rows[3], xs[1:], strict=True)]
+    (table,) = build_blocks([Detection("table", 0.9, (140, 290, 620, 430))], lines, W, H)
+    assert table.source == "geometry"
+    assert table.to_dict()["html"] == (
+        '<table><tr><td rowspan="2">Region</td><td colspan="3">Returns</td></tr>'
+        "<tr><td>2020</td><td>2022</td><td>2025</td></tr>"
+        '<tr><td rowspan="2">North</td><td>85.1</td><td>97.1</td><td>26.0</td></tr>'
+        "<tr><td>74.0</td><td>38.4</td><td>13.2</td></tr></table>"
+    )
