@@ -1,12 +1,19 @@
 """From a page's layout detections and OCR lines to its blocks in reading order. Pure.
 
+0. Before the table model runs, :func:`refine_regions` corrects the model's regions by the
+   page's lines: a grid of short lines that no table region holds is a table (borderless
+   tables are often read as text, a figure or nothing), a figure that such a grid fills or
+   that is full of running text is text.
 1. Lines go to the detected region that holds most of their area (a table or figure before the
-   text around it); lines in no region are grouped into text blocks by proximity, so a page
-   where the model found nothing still has paragraphs.
-2. CDLA classes map to block types (:data:`CDLA_TYPES`); a short text block with letters half
-   again as tall as the body's is a heading the model missed; the tallest-lettered heading in
-   the top part of the page is the ``title``, the others stay ``heading``; a text block whose
-   rows start with bullets or numbers is a ``list``.
+   text around it; a text or reference region lying mostly inside a more confident one is the
+   same paragraphs drawn twice and takes none); lines in no region are grouped into text
+   blocks by proximity, so a page where the model found nothing still has paragraphs.
+2. CDLA classes map to block types (:data:`CDLA_TYPES`); a title region over rows of clearly
+   different letter sizes gives one block per size; a short text block with letters
+   :data:`HEADING_SIZE` times the body's, or one capitalised line that ends no sentence, is a
+   heading the model missed; the tallest-lettered heading in the top part of the page is the
+   ``title``, the others stay ``heading``; a text block whose rows start with bullets or
+   numbers is a ``list``.
 3. Headers and footers by position too: a block wholly in the top or bottom band of the page
    (:data:`BAND`), or a lone page number near an edge, is a header or footer whatever the model
    said.
@@ -111,10 +118,17 @@ def build_blocks(
     boxes = [line_box(line) for line in lines]
     members: list[list[int]] = [[] for _ in regions]
     loose: list[int] = []
+    live = _undoubled(regions)
     for i, box in enumerate(boxes):
-        owner = _owner(box, regions)
+        owner = _owner(box, live)
         (members[owner] if owner is not None else loose).append(i)
-    groups = [(r.type, members[n], r.bbox, n) for n, r in enumerate(regions)]
+    groups = []
+    for n, r in enumerate(regions):
+        parts = _by_letter_size(members[n], boxes) if r.type == "heading" else [members[n]]
+        if len(parts) == 1:
+            groups.append((r.type, members[n], r.bbox, n))
+        else:  # a title region over a title and the heading under it: one block each
+            groups += [(r.type, part, _union([boxes[i] for i in part]), n) for part in parts]
     groups += [
         ("text", idx, _union([boxes[i] for i in idx]), -1) for idx in _paragraphs(loose, boxes)
     ]
@@ -158,21 +172,143 @@ def text_layer_blocks(
     """The blocks of a born-digital page from its own text lines and drawing, without a
     model: lines grouped into paragraphs by position and letter size (font size), big letters
     as headings and the title, headers and footers by position, the same reading order; ruled
-    tables from its vector ``rules`` (:mod:`.ruled`, cells with spans, ``source`` ``rules``)
-    and figures where its ``images`` are drawn (boxes in page pixels)."""
+    tables from its vector ``rules`` (:mod:`.ruled`, cells with spans, ``source`` ``rules``),
+    grids of short lines without rules as tables with cells from geometry
+    (:func:`refine_regions`), and figures where its ``images`` are drawn (boxes in page
+    pixels)."""
     regions = [Detection("figure", 1.0, box) for box in images if _area(box) > 0]
     grids: dict[int, Sequence[GridCell] | None] = {}
     for table in ruled_tables(rules):
         grids[len(regions)] = table.cells
         regions.append(Detection("table", 1.0, table.bbox))
+    regions = refine_regions(regions, lines, width, height)
     return build_blocks(regions, lines, width, height, grids, grid_source="rules")
 
 
-def _owner(box: BBox, regions: Sequence[_Region]) -> int | None:
+#: A table cell's line is at most this share of the page width (body lines are wider).
+CELL_WIDTH = 0.25
+#: Lines of cells found in a grid: at least this many rows with two or more cells.
+GRID_ROWS = 3
+
+
+def refine_regions(
+    detections: Sequence[Detection], lines: Sequence[Line], width: int, height: int
+) -> list[Detection]:
+    """The layout model's regions corrected by the page's lines; run before the table model,
+    so that the tables found here are read by it. Indices of ``detections`` are kept (a region
+    is relabelled, never dropped); found tables are appended.
+
+    - A grid of short lines — at least :data:`GRID_ROWS` rows of two or more lines, each line
+      at most :data:`CELL_WIDTH` of the page wide, in columns that overlap from row to row,
+      crossed by no wider line, its first and last rows of two or more lines (a heading or
+      caption stacked on it is not a row) — that no table region holds is a table (the layout model
+      reads many borderless tables as text, a figure or nothing).
+    - A figure region that such a table fills (most of its height) is that table: it becomes
+      a text region whose lines the table takes.
+    - A figure region filled with lines of running text (three or more, most of them over
+      half its width) is text."""
+    out = list(detections)
+    boxes = [line_box(line) for line in lines]
+    grids = _grids(boxes, [d.bbox for d in detections if d.label == "table"], width, height)
+    for n, d in enumerate(out):
+        if d.label != "figure":
+            continue
+        inside = [b for b in boxes if _inter(b, d.bbox) >= 0.5 * max(_area(b), 1e-6)]
+        fw = d.bbox[2] - d.bbox[0]
+        long_ = [b for b in inside if b[2] - b[0] >= 0.5 * fw]
+        filled = any(
+            _inter(g, d.bbox) >= 0.8 * _area(g) and g[3] - g[1] >= 0.6 * (d.bbox[3] - d.bbox[1])
+            for g in grids
+        )
+        if filled or (len(inside) >= 3 and 2 * len(long_) >= len(inside)):
+            out[n] = Detection("text", d.score, d.bbox)
+    out += [Detection("table", 0.5, g) for g in grids]
+    return out
+
+
+def _grids(boxes: Sequence[BBox], tables: Sequence[BBox], width: int, height: int) -> list[BBox]:
+    """Boxes of the grids of short lines (see :func:`refine_regions`)."""
+
+    def free(b: BBox) -> bool:
+        held = any(_inter(b, t) >= 0.5 * max(_area(b), 1e-6) for t in tables)
+        return not held and b[1] >= BAND * height and b[3] <= (1 - BAND) * height
+
+    short = [i for i, b in enumerate(boxes) if b[2] - b[0] <= CELL_WIDTH * width and free(b)]
+    parent = {i: i for i in short}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    ordered = sorted(short, key=lambda j: boxes[j][1])
+    for a, i in enumerate(ordered):
+        x0, y0, x1, y1 = boxes[i]
+        h = max(y1 - y0, 1.0)
+        for j in ordered[a + 1 :]:
+            u0, v0, u1, v1 = boxes[j]
+            if v0 - y1 > 1.5 * h:
+                break
+            same_row = min(y1, v1) - max(y0, v0) >= 0.5 * min(h, v1 - v0)
+            gap = max(u0 - x1, x0 - u1)
+            stacked = -0.5 * h <= v0 - y1 <= 1.5 * h and min(x1, u1) - max(x0, u0) > 0
+            if (same_row and gap <= 0.2 * width) or stacked:
+                parent[find(j)] = find(i)
+    members: dict[int, list[int]] = {}
+    for i in short:
+        members.setdefault(find(i), []).append(i)
+    found: list[BBox] = []
+    for idx in members.values():
+        rows = _rows(idx, boxes)
+        while rows and len(rows[0]) < 2:  # a heading or caption just above, not a row
+            rows.pop(0)
+        while rows and len(rows[-1]) < 2:
+            rows.pop()
+        if sum(1 for r in rows if len(r) >= 2) < GRID_ROWS:
+            continue
+        bbox = _union([boxes[i] for r in rows for i in r])
+        crossed = any(
+            i not in parent and _inter(b, bbox) >= 0.5 * max(_area(b), 1e-6)
+            for i, b in enumerate(boxes)
+        )
+        if not crossed:
+            found.append(bbox)
+    return found
+
+
+#: Body regions (text, reference) that the model draws twice over the same lines.
+_BODY = ("text", "reference")
+#: A body region this much inside a more confident one is the same paragraphs twice.
+DOUBLED = 0.7
+
+
+def _undoubled(regions: Sequence[_Region]) -> list[_Region | None]:
+    """The regions with those the model drew twice left out (None, so indices stay): a text
+    or reference region lying mostly (:data:`DOUBLED`) inside a more confident text or
+    reference region. Two such regions over one column would otherwise share its lines by a
+    few pixels of overlap, each taking every other paragraph's rows."""
+    out: list[_Region | None] = list(regions)
+    for i, a in enumerate(regions):
+        if a.type not in _BODY:
+            continue
+        for j, b in enumerate(regions):
+            if i == j or b.type not in _BODY or out[j] is None:
+                continue
+            inner = _inter(a.bbox, b.bbox) >= DOUBLED * max(_area(a.bbox), 1e-6)
+            if inner and (b.score, _area(b.bbox)) > (a.score, _area(a.bbox)):
+                out[i] = None
+                break
+    return out
+
+
+def _owner(box: BBox, regions: Sequence[_Region | None]) -> int | None:
     """The region that holds most of the line (at least half of it); containers first."""
     area = max(_area(box), 1e-6)
     best: tuple[int, float, float] | None = None
     for i, region in enumerate(regions):
+        if region is None:
+            continue
         share = _inter(box, region.bbox) / area
         if share < 0.5:
             continue
@@ -232,6 +368,22 @@ def _row_order(idx: Sequence[int], boxes: Sequence[BBox]) -> list[int]:
     return [i for row in _rows(idx, boxes) for i in row]
 
 
+def _by_letter_size(idx: Sequence[int], boxes: Sequence[BBox]) -> list[list[int]]:
+    """A heading region's rows cut where the letter height changes by a quarter or more from
+    one row to the next (a title and the section heading under it in one region)."""
+    rows = _rows(idx, boxes)
+    parts: list[list[int]] = []
+    last = 0.0
+    for row in rows:
+        h = _median([boxes[i][3] - boxes[i][1] for i in row])
+        if parts and max(h, last) < 1.25 * min(h, last):
+            parts[-1] += row
+        else:
+            parts.append(list(row))
+        last = h
+    return parts or [list(idx)]
+
+
 def _join_rows(idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]) -> str:
     rows = _rows(idx, boxes)
     return "\n".join(" ".join(lines[i].text.strip() for i in row) for row in rows).strip()
@@ -263,9 +415,30 @@ def _median(values: Sequence[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else 0.0
 
 
+#: Letters this many times the body's make a short text block a heading.
+HEADING_SIZE = 1.25
+_WORD = re.compile(r"[^\W\d_]{4,}")
+
+
+def _title_cased(text: str) -> bool:
+    """One line of at most eight words that reads as a heading: it starts with a capital,
+    every word of four letters or more is capitalised, and it does not end a sentence."""
+    words = text.split()
+    long_words = _WORD.findall(text)
+    return (
+        0 < len(words) <= 8
+        and text[0].isupper()
+        and text.rstrip()[-1] not in ".,;:!?"
+        and bool(long_words)
+        and all(w[0].isupper() for w in long_words)
+    )
+
+
 def _big_text_headings(blocks: list[Block], boxes: Sequence[BBox]) -> list[Block]:
-    """A short text block (up to three rows) whose letters are at least 1.5 times the body's
-    is a heading the model missed."""
+    """A heading the model missed: a short text block (up to three rows) whose letters are
+    at least :data:`HEADING_SIZE` times the body's (a born-digital h2 is about 1.35 times;
+    OCR boxes of a scan flatten that), or a one-row text block of body-sized letters or
+    bigger that reads as a heading (:func:`_title_cased`)."""
     heights = [[boxes[j][3] - boxes[j][1] for j in b.lines] for b in blocks]
     body = _median(
         [h for b, hs in zip(blocks, heights, strict=True) if b.type == "text" for h in hs]
@@ -273,7 +446,11 @@ def _big_text_headings(blocks: list[Block], boxes: Sequence[BBox]) -> list[Block
     out = []
     for block, hs in zip(blocks, heights, strict=True):
         rows = block.text.count("\n") + 1
-        if block.type == "text" and hs and rows <= 3 and _median(hs) >= 1.5 * body > 0:
+        big = rows <= 3 and _median(hs) >= HEADING_SIZE * body > 0 if hs else False
+        plain = (
+            rows == 1 and _median(hs) >= 0.9 * body and _title_cased(block.text) if hs else False
+        )
+        if block.type == "text" and (big or plain):
             block = Block("heading", block.bbox, block.lines, block.text)
         out.append(block)
     return out
@@ -304,29 +481,55 @@ def _titles(blocks: list[Block], boxes: Sequence[BBox], height: int) -> list[Blo
 def table_cells(
     idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]
 ) -> tuple[Cell, ...]:
-    """Cells from line geometry: rows of overlapping lines, columns at the vertical gaps that
-    no line crosses; lines in the same row and column share a cell."""
+    """Cells from line geometry: rows of overlapping lines; columns at the vertical gaps that
+    no line crosses but those spanning several columns (a group header over its columns,
+    taken narrowest lines first); a line over several columns spans them (``colspan``), and a
+    row label left empty under one (the first column empty in a row that has cells) continues
+    it (``rowspan``)."""
     if not idx:
         return ()
-    spans = sorted((boxes[i][0], boxes[i][2]) for i in idx)
     columns: list[list[float]] = []
-    for x0, x1 in spans:
-        if columns and x0 <= columns[-1][1]:
-            columns[-1][1] = max(columns[-1][1], x1)
-        else:
+    for x0, x1 in sorted(((boxes[i][0], boxes[i][2]) for i in idx), key=lambda s: s[1] - s[0]):
+        hit = [c for c in columns if min(x1, c[1]) - max(x0, c[0]) > 0]
+        if len(hit) == 1:
+            hit[0][0], hit[0][1] = min(hit[0][0], x0), max(hit[0][1], x1)
+        elif not hit:
             columns.append([x0, x1])
-    cells: list[Cell] = []
+    columns.sort()
+    spans: list[Cell] = []
     for r, row in enumerate(_rows(idx, boxes)):
         by_col: dict[int, list[int]] = {}
+        width: dict[int, int] = {}
         for i in row:
-            cx = (boxes[i][0] + boxes[i][2]) / 2
-            col = next(c for c, (x0, x1) in enumerate(columns) if x0 <= cx <= x1)
+            x0, x1 = boxes[i][0], boxes[i][2]
+            covered = [c for c, (c0, c1) in enumerate(columns) if x0 <= (c0 + c1) / 2 <= x1]
+            if not covered:
+                cx = (x0 + x1) / 2
+                covered = [min(range(len(columns)), key=lambda c: abs(sum(columns[c]) / 2 - cx))]
+            col = covered[0]
             by_col.setdefault(col, []).append(i)
+            width[col] = max(width.get(col, 1), covered[-1] - col + 1)
         for col in sorted(by_col):
             members = by_col[col]
             text = " ".join(lines[i].text.strip() for i in members)
-            cells.append(Cell(r, col, 1, 1, _union([boxes[i] for i in members]), text))
-    return tuple(cells)
+            box = _union([boxes[i] for i in members])
+            spans.append(Cell(r, col, 1, width[col], box, text))
+    return _continued_labels(spans)
+
+
+def _continued_labels(cells: list[Cell]) -> tuple[Cell, ...]:
+    """A first-column cell spans down over the rows below it whose first column is empty."""
+    rows = _rows_of(cells)
+    out: list[Cell] = []
+    label: int | None = None  # index in out of the last first-column cell
+    for row in rows:
+        if row[0].col == 0:
+            label = len(out)
+        elif label is not None:
+            c = out[label]
+            out[label] = Cell(c.row, c.col, c.rowspan + 1, c.colspan, c.bbox, c.text)
+        out += row
+    return tuple(out)
 
 
 def _rows_of(cells: Sequence[Cell]) -> list[list[Cell]]:

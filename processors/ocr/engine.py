@@ -38,7 +38,7 @@ import numpy.typing as npt
 from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
-from ocrstream.processors.layout.structure import build_blocks
+from ocrstream.processors.layout.structure import build_blocks, refine_regions
 from ocrstream.processors.layout.table_grid import GridCell, grid_from_structure
 from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureModel
 from ocrstream.processors.ocr import det as det_mod
@@ -328,7 +328,9 @@ class OcrEngine:
         return page
 
     def _find_regions(self, pages: list[_Page]) -> None:
-        """The layout model on each layout page (its input is one page: no batch axis)."""
+        """The layout model on each layout page (its input is one page: no batch axis), its
+        regions corrected by the page's lines (:func:`.refine_regions`: grids of short lines
+        it missed are tables, for the table model to read)."""
         if not pages:
             return
         if self._layout is None:
@@ -336,7 +338,9 @@ class OcrEngine:
         for page in pages:
             assert page.image is not None
             start = time.perf_counter()
-            page.regions = self._layout.detect(page.image)
+            h, w = page.image.shape[:2]
+            found = self._layout.detect(page.image)
+            page.regions = refine_regions(found, self._kept_lines(page), int(w), int(h))
             page.ms["layout"] = (time.perf_counter() - start) * 1000
 
     def _read_tables(self, pages: list[_Page]) -> None:
@@ -514,11 +518,8 @@ class OcrEngine:
         for pi, _ in owners:
             pages[pi].ms["rec"] += share
 
-    def _finish(self, page: _Page) -> PageOCR:
-        if page.result is not None:
-            page.result.timings_ms.update(page.ms, total=page.ms["decode"])
-            return page.result
-        assert page.image is not None
+    def _kept_lines(self, page: _Page) -> list[Line]:
+        """The page's read lines that are kept: text, and confident enough."""
         kept: list[Line] = []
         for box, (text, conf) in zip(page.boxes, page.texts, strict=True):
             text = text.strip()
@@ -526,6 +527,14 @@ class OcrEngine:
                 continue
             polygon = tuple((float(x), float(y)) for x, y in box.quad.tolist())
             kept.append(Line(text=text, confidence=conf, polygon=polygon))  # type: ignore[arg-type]
+        return kept
+
+    def _finish(self, page: _Page) -> PageOCR:
+        if page.result is not None:
+            page.result.timings_ms.update(page.ms, total=page.ms["decode"])
+            return page.result
+        assert page.image is not None
+        kept = self._kept_lines(page)
         h, w = page.image.shape[:2]
         blocks = None
         if page.layout:
