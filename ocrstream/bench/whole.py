@@ -128,13 +128,17 @@ def commands(
 def _shown(cmd: list[str]) -> str:
     """The command as a user would type it (the inline scripts and page lists shortened)."""
     out = []
-    for part in cmd:
-        if "\n" in part:
+    for i, part in enumerate(cmd):
+        if i and cmd[i - 1] == "-o":
+            out.append("DIR")
+        elif "\n" in part:
             out.append("'<script>'")
         elif part.endswith((".jpg", ".png")):
             out.append(Path(part).name)
         else:
-            out.append(Path(part).name if part == sys.executable else part)
+            out.append(
+                Path(part).name if Path(part).parent == Path(sys.executable).parent else part
+            )
     if sum(p.endswith((".jpg", ".png")) for p in cmd) > 2:
         first = next(i for i, p in enumerate(out) if p.endswith((".jpg", ".png")))
         out = [*out[:first], f"<{len(out) - first} pages>"]

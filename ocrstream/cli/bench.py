@@ -270,7 +270,7 @@ def _command_line(ctx: click.Context) -> str:
         if not isinstance(param, click.Option) or param.name is None:
             continue
         value = ctx.params.get(param.name)
-        if value == param.default or value in (None, (), False):
+        if value == param.default or value is None or value == ():
             continue
         flag = param.opts[0]
         if param.is_flag:

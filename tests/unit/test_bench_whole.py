@@ -106,3 +106,4 @@ def test_bench_engine_whole_process_command(tmp_path: Path) -> None:
     assert run["error"] is None
     assert run["median_s"] > 0
     assert report["whole_process"]["worker"]["first_result_s"] > 0
+    assert {"--no-steady", "--whole-process"} <= set(report["command"].split())
