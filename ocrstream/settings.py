@@ -225,7 +225,8 @@ class OcrSettings(BaseSettings):
     engine_cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "ocrstream")
     # Detection scale from the text size on the page (processors/ocr/textsize.py): each page is
     # scaled so its lines are det_line_height px tall in the det input, within the budget of
-    # det_max_limit_side (det_limit_side's budget for pages with no estimate); 0 turns it off.
+    # det_max_limit_side (det_limit_side's budget for pages with no estimate); 0 (the default)
+    # turns it off: on the dev sets it did not beat the fixed budget (docs/benchmarks.md).
     det_line_height: float = 0.0
     det_max_limit_side: int = 2880
 
