@@ -184,6 +184,7 @@ class OcrEngine:
             "fix_orientation": s.fix_orientation, "deskew": s.deskew,
             "min_confidence": s.min_confidence, "max_page_pixels": s.max_page_pixels,
             "det_params": repr(self.det_params), "mode": mode,
+            "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
         }  # fmt: skip
         return engine_fingerprint(self._backend.name, models, options)
 
