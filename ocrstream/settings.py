@@ -226,6 +226,12 @@ class OcrSettings(BaseSettings):
     # Layout mode: table cells from SLANet-plus (processors/layout/table_model.py); false:
     # from the lines' geometry alone.
     table_model: bool = True
+    # Detection scale from the text size on the page (processors/ocr/textsize.py): each page is
+    # scaled so its lines are det_line_height px tall in the det input, within the budget of
+    # det_max_limit_side (det_limit_side's budget for pages with no estimate); 0 (the default)
+    # turns it off: on the dev sets it did not beat the fixed budget (docs/benchmarks.md).
+    det_line_height: float = 0.0
+    det_max_limit_side: int = 2880
 
     @property
     def on_cpu(self) -> bool:

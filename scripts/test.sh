@@ -20,14 +20,22 @@ $BIN/ruff check $SOURCES
 $BIN/ruff format --check $SOURCES
 echo "== mypy"
 $BIN/mypy
-echo "== browser"
+echo "== browser and fonts"
 # The web UI's tests (tests/integration/test_ui.py) drive Debian's chromium through Playwright
-# (Playwright's own browser download is not reachable): installed once, skipped when present.
+# (Playwright's own browser download is not reachable); the Chinese development set
+# (ocrstream/bench/devsets.py) is rendered in Noto CJK. Installed once, skipped when present.
+PACKAGES=""
 if [ ! -x /usr/bin/chromium ] && [ ! -x /usr/lib/chromium/chromium ]; then
+  PACKAGES="chromium"
+fi
+if [ ! -e /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc ]; then
+  PACKAGES="$PACKAGES fonts-noto-cjk"
+fi
+if [ -n "$PACKAGES" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $PACKAGES
   else
-    echo "no chromium: the browser tests will be skipped (sudo apt-get install chromium)"
+    echo "missing:$PACKAGES — the tests that need them will be skipped (sudo apt-get install$PACKAGES)"
   fi
 fi
 echo "== services"

@@ -70,6 +70,22 @@ def bench() -> None:
     help="Also N synthetic 300-DPI A4 pages with known text (PyMuPDF).",
 )
 @click.option(
+    "--devset",
+    "devsets",
+    multiple=True,
+    type=click.Choice(["a4-en", "a4-zh", "small-print"]),
+    help="A scanned-looking dev set with known text (cached under ~/.cache/ocrstream/devsets); "
+    "repeatable.",
+)
+@click.option("--devset-pages", type=int, default=10, show_default=True, help="Pages per dev set.")
+@click.option(
+    "--split",
+    type=click.Choice(["dev", "heldout"]),
+    default="dev",
+    show_default=True,
+    help="Dev-set seeds: dev (tune on these) or heldout (report on these).",
+)
+@click.option(
     "--backend", type=click.Choice([b.value for b in OcrBackend]), default="auto", show_default=True
 )
 @click.option("--model", default="ppocrv6-small", show_default=True)
@@ -115,10 +131,38 @@ def bench() -> None:
     default=None,
     help="Where synthetic pages are written [a temporary folder].",
 )
+@click.option(
+    "--whole-process",
+    is_flag=True,
+    help="Also time the commands a user would run, start-up included (ocrstream ocr, the "
+    "peers' commands), and a worker's time to its first result.",
+)
+@click.option(
+    "--whole-pages",
+    default="1,25",
+    show_default=True,
+    help="Page counts for --whole-process (the pages of the datasets, in order, cycled).",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Timed runs per whole-process command.",
+)
+@click.option(
+    "--steady/--no-steady",
+    default=True,
+    show_default=True,
+    help="--no-steady: only the whole-process timings.",
+)
 @click.option("--json", "json_out", type=click.Path(dir_okay=False, path_type=Path), default=None)
 def engine(
     datasets: tuple[Path, ...],
     synthetic_a4: int,
+    devsets: tuple[str, ...],
+    devset_pages: int,
+    split: str,
     backend: str,
     model: str,
     device: str,
@@ -133,6 +177,10 @@ def engine(
     det_batch: int | None,
     rec_batch: int | None,
     workdir: Path | None,
+    whole_process: bool,
+    whole_pages: str,
+    repeats: int,
+    steady: bool,
     json_out: Path | None,
 ) -> None:
     """Pages/s, ms per stage per page, peak RSS and CER, with RapidOCR and Tesseract alongside."""
@@ -140,8 +188,8 @@ def engine(
     from ocrstream.bench.engine import ENGINES, BenchConfig, write_json
     from ocrstream.bench.engine import bench as run_bench
 
-    if not datasets and synthetic_a4 <= 0:
-        raise click.UsageError("give --dataset DIR and/or --synthetic-a4 N")
+    if not datasets and synthetic_a4 <= 0 and not devsets:
+        raise click.UsageError("give --dataset DIR, --synthetic-a4 N and/or --devset NAME")
     chosen = [e.strip() for e in engines.split(",") if e.strip()]
     unknown = sorted(set(chosen) - set(ENGINES))
     if unknown:
@@ -174,8 +222,17 @@ def engine(
             workdir = Path(tmp.name)
         click.echo(f"rendering {synthetic_a4} synthetic A4 pages into {workdir}", err=True)
         sets[f"synthetic-a4-{synthetic_a4}"] = ds.synthetic_a4(synthetic_a4, workdir / "a4")
+    if devsets:
+        from ocrstream.bench.devsets import MissingRequirement, all_devsets
+
+        try:
+            sets.update(all_devsets(devsets, devset_pages, split))
+        except MissingRequirement as e:
+            raise click.UsageError(str(e)) from e
     try:
-        report = run_bench(sets, cfg, chosen, tesseract_processes)
+        report = run_bench(sets if steady else {}, cfg, chosen, tesseract_processes)
+        if whole_process:
+            report["whole_process"] = _whole(sets, cfg, chosen, whole_pages, repeats)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -186,6 +243,8 @@ def engine(
     for entry in report["datasets"].values():
         click.echo(entry["table"])
         click.echo()
+    if "whole_process" in report:
+        click.echo(report["whole_process"]["table"])
     if json_out is not None:
         write_json(report, json_out)
         click.echo(f"wrote {json_out}", err=True)
@@ -272,6 +331,23 @@ def structure(
         click.echo(f"wrote {json_out}", err=True)
 
 
+def _whole(
+    sets: dict[str, list[Any]], cfg: Any, engines: list[str], counts_text: str, repeats: int
+) -> dict[str, Any]:
+    from ocrstream.bench import whole
+
+    try:
+        counts = whole.parse_counts(counts_text)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
+    paths = [s.path for samples in sets.values() for s in samples]
+    pages = [paths[i % len(paths)] for i in range(max(counts))]
+    click.echo(f"whole process: {counts} pages, {repeats} timed runs each", err=True)
+    runs = whole.whole_process(pages, cfg, engines, counts, repeats)
+    worker = whole.worker_first_result(pages[0], cfg, repeats) if "ocrstream" in engines else None
+    return {**whole.to_json(runs, worker), "table": whole.format_whole(runs, worker)}
+
+
 def _command_line(ctx: click.Context) -> str:
     """The command as typed, rebuilt from the options that differ from their defaults."""
     parts = ["ocrstream", "bench", ctx.command.name or "engine"]
@@ -279,7 +355,7 @@ def _command_line(ctx: click.Context) -> str:
         if not isinstance(param, click.Option) or param.name is None:
             continue
         value = ctx.params.get(param.name)
-        if value == param.default or value in (None, (), False):
+        if value == param.default or value is None or value == ():
             continue
         flag = param.opts[0]
         if param.is_flag:

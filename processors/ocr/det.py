@@ -1,7 +1,10 @@
 """Text detection: DB (differentiable binarisation) on batches of pages.
 
-Pre-processing scales each page into a pixel budget (see :func:`det_shape`; small pages such
-as 150-DPI receipts are enlarged) and snaps both sides to multiples of 32, which the network
+Pre-processing scales each page so that its text comes out at the height the detector reads
+best (``DetParams.line_height``, from the page's own line height estimated by
+:func:`~ocrstream.processors.ocr.textsize.line_height`), within a pixel budget; a page with no
+estimate is scaled into a fixed budget instead (see :func:`det_shape`; small pages such as
+150-DPI receipts are enlarged). Both sides are snapped to multiples of 32, which the network
 needs. The snapped shape is a function
 of the page alone, and only pages of the same shape share a batch: a page's input tensor, and
 so its boxes, are the same alone or in a batch (no padding from neighbours).
@@ -32,6 +35,12 @@ FloatArray = npt.NDArray[np.float32]
 @dataclass(frozen=True, slots=True)
 class DetParams:
     limit_side: int = 1600
+    # Text-size scaling: the height (det input px) a line's box is scaled to; 0 = off (the
+    # fixed ``limit_side`` budget for every page). Bounded by the ``max_limit_side`` budget
+    # above and by ``min_limit_side``'s below.
+    line_height: float = 0.0
+    max_limit_side: int = 2880
+    min_limit_side: int = 960
     min_side: int = 736
     max_side: int = 4096
     thresh: float = 0.3
@@ -52,24 +61,41 @@ class Box:
     score: float
 
 
-def det_shape(height: int, width: int, params: DetParams) -> tuple[int, int]:
+def _budget(limit_side: int) -> float:
+    return limit_side * limit_side / math.sqrt(2.0)
+
+
+def det_shape(
+    height: int, width: int, params: DetParams, line_px: float | None = None
+) -> tuple[int, int]:
     """The network input (height, width) for a page: multiples of 32 within a pixel budget.
 
-    The budget is the area of an A4-shaped page whose longer side is ``limit_side``
-    (1280 → 1280×905): text size on a page depends on its DPI, not its shape, so a long
-    receipt gets the same number of pixels as a letter page instead of being squeezed to
-    ``limit_side`` tall. Small pages are enlarged until the shorter side reaches
-    ``min_side``, within the same budget.
+    With ``params.line_height`` set and the page's line height ``line_px`` known, the page is
+    scaled by ``line_height / line_px``, kept between the budgets of ``min_limit_side`` and
+    ``max_limit_side`` (and ``max_side`` on the longer side). Otherwise: the budget is the
+    area of an A4-shaped page whose longer side is ``limit_side`` (1280 → 1280×905): text
+    size on a page depends on its DPI, not its shape, so a long receipt gets the same number
+    of pixels as a letter page instead of being squeezed to ``limit_side`` tall. Small pages
+    are enlarged until the shorter side reaches ``min_side``, within the same budget.
     """
-    budget = params.limit_side * params.limit_side / math.sqrt(2.0)
     area = float(height * width)
+    if params.line_height > 0 and line_px is not None and line_px > 0:
+        ratio = params.line_height / line_px
+        high, low = _budget(params.max_limit_side), _budget(params.min_limit_side)
+        ratio = min(ratio, math.sqrt(high / area))
+        ratio = max(ratio, min(1.0, math.sqrt(low / area)))
+        return _snap(height, width, min(ratio, params.max_side / max(height, width)))
+    budget = _budget(params.limit_side)
     short = min(height, width)
     ratio = 1.0
     if short < params.min_side:
         ratio = params.min_side / short
     if area * ratio * ratio > budget:
         ratio = math.sqrt(budget / area)
-    ratio = min(ratio, params.max_side / max(height, width))
+    return _snap(height, width, min(ratio, params.max_side / max(height, width)))
+
+
+def _snap(height: int, width: int, ratio: float) -> tuple[int, int]:
     rh = max(32, round(height * ratio / 32) * 32)
     rw = max(32, round(width * ratio / 32) * 32)
     return rh, rw

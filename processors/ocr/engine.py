@@ -46,13 +46,14 @@ from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import create, session_options
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
-from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, load_model_set, sha256_file
+from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest, load_model_set
 from ocrstream.processors.ocr.order import reading_order
 from ocrstream.processors.ocr.orientation import (
     classify_orientation,
     estimate_skew,
     upside_down,
 )
+from ocrstream.processors.ocr.textsize import line_height
 from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, Line, PageOCR, RegionsPage
 from ocrstream.processors.page_key import engine_fingerprint
 from ocrstream.processors.regions import Field, field_text
@@ -117,6 +118,8 @@ class OcrEngine:
         self._backend = backend or create(settings)
         self.det_params = det_params or det_mod.DetParams(
             limit_side=settings.det_limit_side,
+            line_height=settings.det_line_height,
+            max_limit_side=settings.det_max_limit_side,
             mean=self.models.det_mean,
             std=self.models.det_std,
         )
@@ -186,7 +189,7 @@ class OcrEngine:
             files = {"det": m.det_path, "rec": m.rec_path, "cls": m.cls_path,
                      "orientation": m.orientation_path}  # fmt: skip
             self._fingerprint_models = {
-                name: sha256_file(path) for name, path in files.items() if path is not None
+                name: file_digest(path) for name, path in files.items() if path is not None
             }
         models = dict(self._fingerprint_models)
         if mode == "layout":
@@ -196,10 +199,12 @@ class OcrEngine:
         s = self.settings
         options = {
             "precision": s.precision, "det_limit_side": s.det_limit_side,
+            "det_line_height": s.det_line_height, "det_max_limit_side": s.det_max_limit_side,
             "rec_height": s.rec_height, "use_cls": s.use_cls,
             "fix_orientation": s.fix_orientation, "deskew": s.deskew,
             "min_confidence": s.min_confidence, "max_page_pixels": s.max_page_pixels,
             "det_params": repr(self.det_params), "mode": mode,
+            "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
         }  # fmt: skip
         return engine_fingerprint(self._backend.name, models, options)
 
@@ -447,10 +452,14 @@ class OcrEngine:
         # detector's minimum side would cost it as much as a whole page.
         native = dataclasses.replace(params, min_side=32)
         images = [p.image for p in pages if p.image is not None]
-        shapes = [
-            det_mod.det_shape(img.shape[0], img.shape[1], native if p.one_line_rows else params)
-            for p, img in zip([p for p in pages if p.image is not None], images, strict=True)
-        ]
+        shapes = []
+        for page, img in zip([p for p in pages if p.image is not None], images, strict=True):
+            start = time.perf_counter()
+            chosen = native if page.one_line_rows else params
+            wanted = chosen.line_height > 0 and not page.one_line_rows
+            line_px = line_height(img) if wanted else None
+            shapes.append(det_mod.det_shape(img.shape[0], img.shape[1], chosen, line_px))
+            page.ms["det"] += (time.perf_counter() - start) * 1000
         for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])

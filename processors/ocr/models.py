@@ -198,9 +198,8 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify(file: ModelFile) -> Path:
-    """Locate a pinned file and check its SHA-256 (once per process per file version)."""
-    path = file.locate()
+def file_digest(path: Path) -> str:
+    """:func:`sha256_file`, computed once per process per file version (path, size, mtime)."""
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     with _verified_lock:
@@ -209,6 +208,13 @@ def verify(file: ModelFile) -> Path:
         actual = sha256_file(path)
         with _verified_lock:
             _verified[key] = actual
+    return actual
+
+
+def verify(file: ModelFile) -> Path:
+    """Locate a pinned file and check its SHA-256 (once per process per file version)."""
+    path = file.locate()
+    actual = file_digest(path)
     if actual != file.sha256:
         raise FatalError(
             f"model file {path} has SHA-256 {actual}, expected {file.sha256}: "
@@ -407,15 +413,22 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
     head is ArgMax + ReduceMax + Concat after the Softmax, so every ONNX runtime runs it. The
     copy lives in ``cache_dir/models`` named by the source's hash; returns its path and the
     number of classes, or None when the model's output is not a (N, T, classes) softmax or
-    the cache is not writable.
+    the cache is not writable. The number of classes is kept beside the copy
+    (``.classes``), so a process that finds both reads neither model (start-up).
     """
+    source_hash = file_digest(rec_path)
+    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best.onnx"
+    known = target.with_suffix(".classes")
+    try:
+        if target.is_file() and known.is_file():
+            return target, int(known.read_text().strip())
+    except (OSError, ValueError):
+        pass
     try:
         import onnx
         from onnx import TensorProto, helper
     except ImportError:
         return None
-    source_hash = sha256_file(rec_path)
-    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best.onnx"
     try:
         model = onnx.load(str(rec_path))
         out = model.graph.output[0]
@@ -427,6 +440,7 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
             return None
         classes = int(dims[2].dim_value)
         if target.is_file():
+            _write_text(known, str(classes))
             return target, classes
         opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         if opset >= 18:
@@ -459,7 +473,14 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
         tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
         onnx.save(model, str(tmp))
         tmp.replace(target)
+        _write_text(known, str(classes))
     except (OSError, ValueError) as e:
         log.warning("no compact rec head (%s): using the full output", e)
         return None
     return target, classes
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -66,3 +66,39 @@ def test_cpu_sessions_run_fp32_unless_bf16_is_asked():
     assert session_options(OcrSettings(device="cpu", precision="bf16")).precision == "bf16"
     assert session_options(OcrSettings(device="cuda", precision="fp16")).precision == "fp16"
     assert session_options(OcrSettings(threads=3)).threads == 3
+
+
+_SECOND_PROCESS = """
+import sys
+from pathlib import Path
+from ocrstream.processors.ocr.backends.base import SessionOptions
+from ocrstream.processors.ocr.backends.openvino_backend import OpenVinoBackend
+options = SessionOptions(threads=1, cache_dir=Path(sys.argv[2]))
+session = OpenVinoBackend().load(Path(sys.argv[1]), "det", options)
+print(session.concurrency)
+"""
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_openvino_keeps_the_compiled_model_for_the_next_process(tmp_path):
+    """The first load leaves the reshaped IR and the compiled blob in the cache; a second
+    process finds both and adds nothing, and reads the same as a session without the cache."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from ocrstream.processors.ocr.backends.openvino_backend import OpenVinoBackend
+
+    det = load_model_set("ppocrv6-tiny").det_path
+    cmd = [sys.executable, "-c", _SECOND_PROCESS, str(det), str(tmp_path)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert any(p.suffix == ".xml" for p in made)
+    assert any(p.suffix == ".blob" for p in made)  # OpenVINO's compiled model
+    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == made
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 320, 256)).astype(np.float32)
+    cached = OpenVinoBackend().load(det, "det", SessionOptions(threads=1, cache_dir=tmp_path))
+    plain = OpenVinoBackend().load(det, "det", SessionOptions(threads=1))
+    np.testing.assert_allclose(cached.run(x), plain.run(x), atol=1e-5)

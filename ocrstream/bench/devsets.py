@@ -1,0 +1,338 @@
+"""Development sets of scanned-looking pages with known text: Chinese A4, small print, English A4.
+
+Each set is rendered at 300 DPI on A4 (2480 × 3508) with Pillow, then degraded the way a
+flatbed scan is (a small rotation, blur, ink that is not quite black on paper that is not quite
+white, sensor noise, JPEG at quality 70-88), and cached as JPEG + ground-truth JSON under
+``~/.cache/ocrstream/devsets/<set>-<split>-v<N>/``; the images are never committed.
+Everything about a page follows from its seed: the same fonts and library versions give the
+same bytes, and the ground-truth boxes are the rendered text's boxes carried through the
+rotation.
+
+- ``a4-zh``: simplified Chinese prose at 9-12 pt in Noto Sans/Serif CJK SC, with the odd number
+  or year, words drawn by frequency from jieba's dictionary (the ``jieba`` package, MIT).
+- ``small-print``: English at 6-8 pt in DejaVu Sans/Serif, with amounts in two-column rows
+  (terms and conditions, footnotes, the back of an invoice).
+- ``a4-en``: English at 9-12 pt, the same words and fonts, for an English set degraded like
+  the others (``--synthetic-a4`` stays the clean PyMuPDF set).
+
+Two splits: ``dev`` (seeds from 0; tune on these) and ``heldout`` (seeds from 100,000; report
+on these, never tune on them).
+
+What a set needs is checked first and said in one error: the Noto CJK fonts for ``a4-zh``
+(``apt-get install fonts-noto-cjk``) and jieba (``pip install jieba==0.42.1``); DejaVu fonts
+for the English sets (``apt-get install fonts-dejavu-core``). Fonts are found with ``fc-list``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import io
+import json
+import math
+import random
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.util import find_spec as importlib_find_spec
+from pathlib import Path
+from typing import Any
+
+from ocrstream.bench.cer import TextLine
+from ocrstream.bench.datasets import _WORDS, Sample
+
+DEVSETS = ("a4-en", "a4-zh", "small-print")
+SPLITS = {"dev": 0, "heldout": 100_000}
+VERSION = 1
+DPI = 300
+A4_PX = (2480, 3508)  # width, height at 300 DPI
+CACHE = Path.home() / ".cache" / "ocrstream" / "devsets"
+
+
+class MissingRequirement(RuntimeError):
+    """A font or package the set needs is not on this machine (the message says how to get it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FontFace:
+    path: str
+    index: int
+    family: str
+
+
+# --------------------------------------------------------------------------- what a set needs
+
+
+def _fc_list(pattern: str) -> list[FontFace]:
+    try:
+        out = subprocess.run(
+            ["fc-list", "-f", "%{file}|%{index}|%{family[0]}|%{style[0]}\n", pattern],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    faces = []
+    for row in sorted(set(out.splitlines())):
+        parts = row.split("|")
+        if len(parts) == 4 and parts[0] and parts[1].isdigit():
+            faces.append(FontFace(parts[0], int(parts[1]), parts[2]))
+    return faces
+
+
+@functools.cache
+def fonts_for(devset: str) -> tuple[FontFace, ...]:
+    """The faces ``devset`` renders with, or :class:`MissingRequirement` saying what to install."""
+    if devset == "a4-zh":
+        wanted = ("Noto Sans CJK SC", "Noto Serif CJK SC")
+        faces = [f for f in _fc_list(":lang=zh:style=Regular") if f.family in wanted]
+        hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
+    elif devset in ("a4-en", "small-print"):
+        wanted = ("DejaVu Sans", "DejaVu Serif")
+        faces = [f for f in _fc_list(":style=Book") if f.family in wanted]
+        hint = "the DejaVu fonts (apt-get install fonts-dejavu-core)"
+    else:
+        raise ValueError(f"unknown dev set {devset!r}; known: {', '.join(DEVSETS)}")
+    found = {f.family: f for f in faces if "Condensed" not in Path(f.path).name}
+    if not found:
+        raise MissingRequirement(
+            f"dev set {devset} needs {hint}: fc-list finds none of {', '.join(wanted)}"
+        )
+    return tuple(found[name] for name in wanted if name in found)
+
+
+def requirements(devset: str) -> list[str]:
+    """What ``devset`` lacks on this machine, as install hints; empty when it can be built."""
+    missing = []
+    try:
+        fonts_for(devset)
+    except MissingRequirement as e:
+        missing.append(str(e))
+    if devset == "a4-zh":
+        try:
+            _zh_vocabulary()
+        except MissingRequirement as e:
+            missing.append(str(e))
+    return missing
+
+
+@functools.cache
+def _zh_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The 40,000 most frequent all-Chinese words of jieba's dictionary, with cumulative
+    frequencies for drawing words in proportion to how often they are used."""
+    spec = importlib_find_spec("jieba")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingRequirement(
+            "dev set a4-zh needs jieba's dictionary: pip install jieba==0.42.1"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "dict.txt"
+    rows = []
+    for row in path.read_text(encoding="utf-8").splitlines():
+        parts = row.split(" ")
+        if len(parts) >= 2 and parts[1].isdigit() and all(_is_han(c) for c in parts[0]):
+            rows.append((int(parts[1]), parts[0]))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    rows = rows[:40_000]
+    total, cumulative = 0.0, []
+    for freq, _ in rows:
+        total += math.sqrt(freq)  # flatten the head a little: fewer 的 的 的
+        cumulative.append(total)
+    return tuple(w for _, w in rows), tuple(cumulative)
+
+
+def _is_han(c: str) -> bool:
+    return "\u4e00" <= c <= "\u9fff"
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _zh_sentence(rng: random.Random) -> str:
+    words, cumulative = _zh_vocabulary()
+    out = []
+    for i in range(rng.randint(5, 16)):
+        r = rng.random()
+        if r < 0.02:
+            out.append(f"{rng.randint(1950, 2030)}年")
+        elif r < 0.03:
+            out.append(f"{rng.randint(1, 99)}.{rng.randint(0, 9)}%")
+        elif r < 0.045:
+            out.append(str(rng.randint(2, 9999)))
+        else:
+            out.append(words[bisect.bisect_left(cumulative, rng.random() * cumulative[-1])])
+        if i and rng.random() < 0.12:
+            out.append(rng.choice("，、"))
+    return "".join(out).strip("，、") + rng.choice("。。。；：")
+
+
+def _en_sentence(rng: random.Random) -> str:
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(4, 10))]
+    words[0] = words[0].capitalize()
+    for i in range(1, len(words)):
+        r = rng.random()
+        if r < 0.06:
+            words[i] = str(rng.randint(1, 99999))
+        elif r < 0.09:
+            words[i] = f"{rng.randint(1, 9999)}.{rng.randint(0, 99):02d}"
+        elif r < 0.12:
+            words[i] = words[i].capitalize()
+        elif r < 0.15:
+            words[i] += ","
+    return " ".join(words) + rng.choice(".......:;")
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@dataclass(frozen=True, slots=True)
+class _Style:
+    sizes_pt: tuple[float, ...]
+    leading: tuple[float, float]
+    zh: bool
+
+
+_STYLES = {
+    "a4-en": _Style((9.0, 10.0, 11.0, 12.0), (1.3, 1.5), zh=False),
+    "small-print": _Style((6.0, 6.5, 7.0, 7.5, 8.0), (1.15, 1.35), zh=False),
+    "a4-zh": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), zh=True),
+}
+
+
+def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
+    """One page of ``devset`` as JPEG bytes, and its lines (boxes in image pixels)."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    style = _STYLES[devset]
+    faces = fonts_for(devset)
+    rng = random.Random(f"{devset}:{seed}")
+    face = faces[seed % len(faces)]
+    size_px = rng.choice(style.sizes_pt) * DPI / 72.0
+    font = ImageFont.truetype(face.path, round(size_px), index=face.index)
+    title_font = ImageFont.truetype(face.path, round(size_px * 1.3), index=face.index)
+    width, height = A4_PX
+    page = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(page)
+    margin = round(rng.uniform(0.7, 1.0) * DPI)  # 0.7-1 inch
+    left, right, bottom = margin, width - margin, height - margin
+    leading = size_px * rng.uniform(*style.leading)
+    sentence = (lambda: _zh_sentence(rng)) if style.zh else (lambda: _en_sentence(rng))
+    lines: list[TextLine] = []
+
+    def put(x: float, y: float, text: str, f: Any = font) -> None:
+        draw.text((x, y), text, font=f, fill=0)
+        x0, y0, x1, y1 = draw.textbbox((x, y), text, font=f)
+        lines.append(TextLine(text=text, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1))))
+
+    y = float(margin)
+    title = sentence().rstrip("。；：.:;")
+    title = _fit(draw, title, title_font, right - left)
+    put(left, y, title.upper() if not style.zh else title, title_font)
+    y += leading * 2.2
+    while y + leading < bottom:
+        if rng.random() < 0.15:  # a label on the left, an amount on the right
+            label = _fit(draw, sentence().rstrip("。；：.:;"), font, (right - left) * 0.55)
+            amount = f"{rng.randint(1, 99999):,}.{rng.randint(0, 99):02d}"
+            put(left, y, label)
+            put(right - draw.textlength(amount, font=font), y, amount)
+        else:
+            text = _fill(draw, rng, sentence, font, (right - left) * rng.uniform(0.55, 1.0))
+            put(left, y, text)
+        y += leading * (2.0 if rng.random() < 0.1 else 1.0)
+    image, lines = _degrade(np.asarray(page), lines, rng)
+    out = io.BytesIO()
+    Image.fromarray(image).save(out, "JPEG", quality=rng.randint(70, 88), dpi=(DPI, DPI))
+    return out.getvalue(), tuple(lines)
+
+
+def _fit(draw: Any, text: str, font: Any, width: float) -> str:
+    while len(text) > 1 and draw.textlength(text, font=font) > width:
+        text = text[:-1]
+    return text.strip()
+
+
+def _fill(draw: Any, rng: random.Random, sentence: Any, font: Any, width: float) -> str:
+    """Sentences until the line is full (cut at a word for English, a character for Chinese)."""
+    text = ""
+    while True:
+        nxt = sentence()
+        trial = f"{text} {nxt}".strip() if nxt.isascii() else text + nxt
+        if draw.textlength(trial, font=font) <= width:
+            text = trial
+            continue
+        if nxt.isascii():
+            for word in nxt.split():
+                longer = f"{text} {word}".strip()
+                if draw.textlength(longer, font=font) > width:
+                    return text or word
+                text = longer
+        return _fit(draw, trial, font, width)
+
+
+def _degrade(page: Any, lines: list[TextLine], rng: random.Random) -> tuple[Any, list[TextLine]]:
+    """A scan of ``page``: rotation (boxes follow), blur, grey ink on tinted paper, noise; RGB."""
+    import cv2
+    import numpy as np
+
+    h, w = page.shape
+    angle = rng.uniform(-0.8, 0.8)
+    matrix = cv2.getRotationMatrix2D((w / 2, h / 2), angle, 1.0)
+    img = cv2.warpAffine(page, matrix, (w, h), flags=cv2.INTER_LINEAR, borderValue=255)
+    sigma = rng.uniform(0.5, 1.1)
+    img = cv2.GaussianBlur(img, (0, 0), sigma).astype(np.float32)
+    ink, paper = rng.uniform(20, 70), rng.uniform(215, 250)
+    img = ink + (paper - ink) * img / 255.0
+    noise = np.random.default_rng(rng.randrange(2**32)).normal(0, rng.uniform(3, 9), img.shape)
+    img = np.clip(img + noise, 0, 255)
+    tint = np.array([rng.uniform(0.96, 1.0), rng.uniform(0.97, 1.0), 1.0], np.float32)  # BGR→RGB
+    rgb = np.clip(img[:, :, None] * tint[::-1], 0, 255).astype(np.uint8)
+    moved = []
+    for line in lines:
+        pts = np.array(line.polygon, np.float32)
+        pts = pts @ matrix[:, :2].T.astype(np.float32) + matrix[:, 2].astype(np.float32)
+        polygon = tuple((float(x), float(y)) for x, y in pts)
+        moved.append(TextLine(text=line.text, polygon=polygon))
+    return rgb, moved
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+def devset(devset: str, n: int, split: str = "dev", cache: Path | None = None) -> list[Sample]:
+    """``n`` pages of ``devset`` from the cache, rendering the ones not there yet."""
+    if devset not in DEVSETS:
+        raise ValueError(f"unknown dev set {devset!r}; known: {', '.join(DEVSETS)}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    missing = requirements(devset)
+    if missing:
+        raise MissingRequirement("; ".join(missing))
+    folder = (cache or CACHE) / f"{devset}-{split}-v{VERSION}"
+    folder.mkdir(parents=True, exist_ok=True)
+    samples = []
+    for i in range(n):
+        seed = SPLITS[split] + i
+        image, truth = folder / f"{seed:06d}.jpg", folder / f"{seed:06d}.json"
+        if not (image.is_file() and truth.is_file()):
+            data, lines = render_page(devset, seed)
+            rows = [{"text": ln.text, "polygon": ln.polygon} for ln in lines]
+            _write(truth, json.dumps(rows, ensure_ascii=False).encode())
+            _write(image, data)
+        gt = tuple(
+            TextLine(text=row["text"], polygon=tuple(tuple(p) for p in row["polygon"]))
+            for row in json.loads(truth.read_text())
+        )
+        samples.append(Sample(name=f"{devset}-{split}-{seed:06d}", path=image, gt=gt))
+    return samples
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def all_devsets(names: Sequence[str], n: int, split: str) -> dict[str, list[Sample]]:
+    return {f"{name}-{split}-{n}": devset(name, n, split) for name in names}

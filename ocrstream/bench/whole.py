@@ -1,0 +1,256 @@
+"""``ocrstream bench engine --whole-process``: the wall time of the commands a user would run.
+
+Steady-state pages/s hides what a user waits for when they run one command on a few pages:
+starting the interpreter, importing, loading and compiling models. Here every engine runs as
+the command a user would type, start-up included, on 1 page and on ``pages`` pages:
+
+- **ocrstream**: ``python -m ocrstream ocr --format json -o DIR PAGE…`` (the ``ocrstream ocr``
+  console script of this checkout) with ``--threads``, ``--model`` and ``--backend``;
+- **rapidocr**: its ``rapidocr -img PAGE --ocr_version PP-OCRv6 --model_type small|tiny``
+  command on 1 page (it takes one image per run), and on many pages the few lines of Python
+  its README shows (one ``RapidOCR()`` then a call per page) with the same det/rec files as
+  ocrstream, ``threads`` onnxruntime threads and no classifier, as ``bench engine`` runs it;
+- **faster-paddle**: it has no command; the few lines of Python of its README (one
+  ``OcrEngine(model_size=…, threads=…)``, then ``ocr_batch`` over the pages).
+
+Each command runs once untimed first (the OS file cache, OpenVINO's compiled-model cache under
+``~/.cache/ocrstream/openvino``), then ``repeats`` times interleaved across engines (A B C A B
+C …) so that a busy neighbour slows all of them alike; the median is reported.
+
+**Worker start**: a fresh interpreter does what an OCR worker does before its first result
+(imports ``ocrstream.streams.worker``, builds the engine from the settings, wraps it in the
+worker's micro-batcher) and reads one page; reported are the seconds from the interpreter's
+start (``time.time()`` passed in on the command line) to the engine being ready and to the
+first page's result. Joining the Kafka consumer group is not part of it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ocrstream.bench.engine import FASTER_PADDLE_SIZES, BenchConfig, available
+
+_RAPIDOCR_SCRIPT = """
+import sys
+from rapidocr import RapidOCR
+det, rec, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+engine = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "error",
+    "Det.model_path": det, "Rec.model_path": rec,
+    "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+    "EngineConfig.onnxruntime.inter_op_num_threads": 1})
+for path in sys.argv[4:]:
+    result = engine(path)
+    print(len(result.txts or ()))
+"""
+
+_FASTER_PADDLE_SCRIPT = """
+import sys
+from pathlib import Path
+from faster_paddle import OcrEngine
+engine = OcrEngine(model_size=sys.argv[1], threads=int(sys.argv[2]))
+blobs = [Path(p).read_bytes() for p in sys.argv[3:]]
+for start in range(0, len(blobs), 8):
+    for result in engine.ocr_batch(blobs[start:start + 8], batch_size=8):
+        print(len(result.get("bounds", {})))
+"""
+
+_WORKER_SCRIPT = """
+import sys, time
+started = float(sys.argv[1])
+from ocrstream.streams import worker  # noqa: F401 - what the worker process imports
+from ocrstream.processors.ocr.batching import BatchingEngine
+from ocrstream.processors.ocr.engine import OcrEngine
+from ocrstream.settings import OcrSettings
+engine = OcrEngine(OcrSettings(**({"threads": int(sys.argv[3])} if sys.argv[3] != "0" else {})))
+ready = time.time()
+batcher = BatchingEngine(engine, max_batch=8, max_wait_s=0.05, max_inflight=16, retries=0)
+with batcher:
+    for _key, page in batcher.run([(0, open(sys.argv[2], "rb").read())]):
+        pass
+first = time.time()
+print(f"{ready - started:.3f} {first - started:.3f} {len(page.lines)}")
+"""
+
+
+@dataclass(slots=True)
+class WholeRun:
+    """One command's wall times over its repeats (seconds)."""
+
+    engine: str
+    command: str
+    pages: int
+    times_s: list[float] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s) if self.times_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "command": self.command, "pages": self.pages,
+                "times_s": [round(t, 3) for t in self.times_s],
+                "median_s": round(self.median_s, 3), "error": self.error}  # fmt: skip
+
+
+def commands(
+    engine: str, cfg: BenchConfig, pages: Sequence[Path], outdir: Path
+) -> list[str] | None:
+    """The command a user would run for ``engine`` on ``pages``; None when it cannot run."""
+    paths = [str(p) for p in pages]
+    if engine == "ocrstream":
+        return [sys.executable, "-m", "ocrstream", "ocr", "--format", "json", "-o", str(outdir),
+                "--threads", str(cfg.threads), "--model", cfg.model, "--backend", cfg.backend,
+                *paths]  # fmt: skip
+    size = FASTER_PADDLE_SIZES.get(cfg.model)
+    if engine == "rapidocr" and size is not None:
+        if len(paths) == 1:
+            exe = Path(sys.executable).with_name("rapidocr")
+            return [str(exe), "-img", paths[0], "--ocr_version", "PP-OCRv6", "--model_type", size]
+        from ocrstream.processors.ocr.models import load_model_set
+
+        models = load_model_set(cfg.model)
+        return [sys.executable, "-c", _RAPIDOCR_SCRIPT, str(models.det_path),
+                str(models.rec_path), str(cfg.threads), *paths]  # fmt: skip
+    if engine == "faster-paddle" and size is not None:
+        return [sys.executable, "-c", _FASTER_PADDLE_SCRIPT, size, str(cfg.threads), *paths]
+    return None
+
+
+def _shown(cmd: list[str]) -> str:
+    """The command as a user would type it (the inline scripts and page lists shortened)."""
+    out = []
+    for i, part in enumerate(cmd):
+        if i and cmd[i - 1] == "-o":
+            out.append("DIR")
+        elif "\n" in part:
+            out.append("'<script>'")
+        elif part.endswith((".jpg", ".png")):
+            out.append(Path(part).name)
+        else:
+            out.append(
+                Path(part).name if Path(part).parent == Path(sys.executable).parent else part
+            )
+    if sum(p.endswith((".jpg", ".png")) for p in cmd) > 2:
+        first = next(i for i, p in enumerate(out) if p.endswith((".jpg", ".png")))
+        out = [*out[:first], f"<{len(out) - first} pages>"]
+    return " ".join(out)
+
+
+def _time(cmd: list[str], timeout_s: float) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.decode(errors="replace")[-600:])
+    return elapsed
+
+
+def whole_process(
+    pages: Sequence[Path],
+    cfg: BenchConfig,
+    engines: Sequence[str],
+    counts: Sequence[int] = (1, 25),
+    repeats: int = 3,
+    timeout_s: float = 1800.0,
+) -> list[WholeRun]:
+    """Time each engine's command on the first ``n`` pages for each ``n`` in ``counts``."""
+    runs: list[WholeRun] = []
+    with tempfile.TemporaryDirectory(prefix="ocrstream-whole-") as tmp:
+        for n in counts:
+            chosen = list(pages[:n])
+            planned: list[tuple[WholeRun, list[str]]] = []
+            for engine in engines:
+                if not available(engine) or engine == "tesseract":
+                    continue
+                cmd = commands(engine, cfg, chosen, Path(tmp) / f"{engine}-{n}")
+                if cmd is None:
+                    continue
+                planned.append((WholeRun(engine, _shown(cmd), len(chosen)), cmd))
+            for rep in range(repeats + 1):  # the first round warms caches, untimed
+                for run, cmd in planned:
+                    if run.error:
+                        continue
+                    try:
+                        elapsed = _time(cmd, timeout_s)
+                    except (RuntimeError, subprocess.TimeoutExpired) as e:
+                        run.error = f"{type(e).__name__}: {e}"[-300:]
+                        continue
+                    if rep:
+                        run.times_s.append(elapsed)
+            runs.extend(run for run, _ in planned)
+    return runs
+
+
+def worker_first_result(page: Path, cfg: BenchConfig, repeats: int = 3) -> dict[str, Any]:
+    """Seconds from a fresh interpreter's start to the engine ready and to its first result
+    (median of ``repeats`` after one untimed start that fills the caches)."""
+    ready, first = [], []
+    for rep in range(repeats + 1):
+        proc = subprocess.run(
+            [sys.executable, "-c", _WORKER_SCRIPT, repr(time.time()), str(page), str(cfg.threads)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            return {"error": proc.stderr[-600:]}
+        r, f, _ = proc.stdout.split()
+        if rep:
+            ready.append(float(r))
+            first.append(float(f))
+    return {"engine_ready_s": round(statistics.median(ready), 3),
+            "first_result_s": round(statistics.median(first), 3),
+            "runs_first_result_s": [round(v, 3) for v in first]}  # fmt: skip
+
+
+def format_whole(runs: Sequence[WholeRun], worker: dict[str, Any] | None) -> str:
+    rows = ["== whole process (start-up included; median of the timed runs)"]
+    head = f"{'engine':<13} {'pages':>5} {'wall s':>8} {'pages/s':>8}  command"
+    rows += [head, "-" * len(head)]
+    for r in runs:
+        if r.error:
+            rows.append(f"{r.engine:<13} {r.pages:>5} error: {r.error}")
+            continue
+        rate = r.pages / r.median_s if r.median_s else 0.0
+        rows.append(f"{r.engine:<13} {r.pages:>5} {r.median_s:>8.2f} {rate:>8.3f}  {r.command}")
+    for n in sorted({r.pages for r in runs}):
+        ours = next((r for r in runs if r.engine == "ocrstream" and r.pages == n), None)
+        for other in runs:
+            if ours is None or other is ours or other.pages != n or other.error or ours.error:
+                continue
+            if ours.median_s > 0:
+                rows.append(f"{n} pages: {other.engine} / ocrstream wall time: "
+                            f"{other.median_s / ours.median_s:.2f}x")  # fmt: skip
+    if worker:
+        if "error" in worker:
+            rows.append(f"worker start: error: {worker['error']}")
+        else:
+            ready, first = worker["engine_ready_s"], worker["first_result_s"]
+            rows.append(f"worker start: engine ready {ready:.2f}s, first result {first:.2f}s "
+                        "after the interpreter started")  # fmt: skip
+    return "\n".join(rows)
+
+
+def to_json(runs: Sequence[WholeRun], worker: dict[str, Any] | None) -> dict[str, Any]:
+    return {"runs": [r.to_dict() for r in runs], "worker": worker}
+
+
+def parse_counts(text: str) -> list[int]:
+    counts = [int(v) for v in text.split(",") if v.strip()]
+    if not counts or min(counts) < 1:
+        raise ValueError("page counts must be positive integers, e.g. 1,25")
+    return counts
+
+
+def dumps(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2)

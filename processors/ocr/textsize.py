@@ -1,0 +1,68 @@
+"""How tall the text on a page is, from a cheap low-resolution look, before detection.
+
+The detector reads text best at the height it was trained on; the page's own text size, not its
+pixel count, says how much to scale it. :func:`line_height` estimates the height of the page's
+text lines in page pixels:
+
+1. grey, shrunk with area averaging so the longer side is at most ``work_side`` px (one pass of
+   ``cv2.resize``; the noise of a scan averages out);
+2. ink by an adaptive threshold (dark on light, a window a few lines tall: shaded receipts and
+   uneven scans keep their text);
+3. each row of ink smeared to the right by a few pixels so the characters of a line join into
+   one blob (one pixel tall: lines above and below stay apart);
+4. the blobs that look like lines (wider than 2.5× their height, at least 3 px tall) vote with
+   their width for their height; the weighted median is the estimate. Fewer than
+   ``min_lines`` such blobs (a photo, a blank page) → ``None``: no estimate.
+
+The result is the height of a line's box (ascenders to descenders, or a CJK character's square),
+the same measure as the ground-truth boxes of the dev sets and the detector's own boxes; it takes
+a few ms on a 300-DPI A4 page.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+WORK_SIDE = 2048
+MIN_LINES = 4
+
+
+def line_height(
+    image: npt.NDArray[np.uint8], work_side: int = WORK_SIDE, min_lines: int = MIN_LINES
+) -> float | None:
+    """The weighted-median height of the text lines on ``image`` (BGR or grey), in its pixels."""
+    gray = image if image.ndim == 2 else cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    h, w = gray.shape[:2]
+    if min(h, w) < 16:
+        return None
+    shrink = min(1.0, work_side / max(h, w))
+    small = (
+        cv2.resize(gray, (max(1, round(w * shrink)), max(1, round(h * shrink))),
+                   interpolation=cv2.INTER_AREA)
+        if shrink < 1.0 else gray
+    )  # fmt: skip
+    sh, sw = small.shape[:2]
+    block = max(15, (min(sh, sw) // 24) | 1)
+    ink = cv2.adaptiveThreshold(
+        small, 1, cv2.ADAPTIVE_THRESH_MEAN_C, cv2.THRESH_BINARY_INV, block, 12
+    )
+    smear = cv2.dilate(ink, np.ones((1, 5), np.uint8), anchor=(0, 0))
+    count, _, stats, _ = cv2.connectedComponentsWithStats(smear, connectivity=4)
+    if count <= 1:
+        return None
+    widths = stats[1:, cv2.CC_STAT_WIDTH].astype(np.float64) - 4  # the smear's own reach
+    heights = stats[1:, cv2.CC_STAT_HEIGHT].astype(np.float64)
+    keep = (heights >= 3) & (widths > 2.5 * heights) & (heights < sh / 4)
+    if int(keep.sum()) < min_lines:
+        return None
+    return weighted_median(heights[keep], widths[keep]) / shrink
+
+
+def weighted_median(values: npt.NDArray[np.float64], weights: npt.NDArray[np.float64]) -> float:
+    """The value below which half the total weight lies."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    i = int(np.searchsorted(cumulative, cumulative[-1] / 2.0))
+    return float(values[order][min(i, len(order) - 1)])

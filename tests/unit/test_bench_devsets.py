@@ -1,0 +1,100 @@
+"""The dev sets: deterministic scanned-looking pages whose text and boxes are known."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from ocrstream.bench import devsets
+
+
+def _needs(name: str) -> None:
+    missing = devsets.requirements(name)
+    if missing:
+        pytest.skip(f"this machine cannot build {name}: {'; '.join(missing)}")
+
+
+@pytest.mark.parametrize("name", devsets.DEVSETS)
+def test_a_page_is_the_same_for_its_seed_and_another_for_another_seed(name: str) -> None:
+    _needs(name)
+    data, lines = devsets.render_page(name, 3)
+    again, lines_again = devsets.render_page(name, 3)
+    other, _ = devsets.render_page(name, 4)
+    assert data == again
+    assert lines == lines_again
+    assert data != other
+    with Image.open(io.BytesIO(data)) as im:
+        assert im.size == devsets.A4_PX
+        assert im.format == "JPEG"
+    assert len(lines) >= 15
+
+
+@pytest.mark.parametrize("name", devsets.DEVSETS)
+def test_the_boxes_cover_the_ink_of_their_text(name: str) -> None:
+    _needs(name)
+    data, lines = devsets.render_page(name, 1)
+    gray = np.asarray(Image.open(io.BytesIO(data)).convert("L"), np.float32)
+    inside = np.zeros(gray.shape, bool)
+    for line in lines:
+        xs = [p[0] for p in line.polygon]
+        ys = [p[1] for p in line.polygon]
+        inside[int(min(ys)) : int(max(ys)) + 1, int(min(xs)) : int(max(xs)) + 1] = True
+        box = gray[int(min(ys)) : int(max(ys)) + 1, int(min(xs)) : int(max(xs)) + 1]
+        assert box.min() < 120, f"no ink under {line.text!r}"
+    dark = gray < 120
+    assert dark[inside].sum() > 0.97 * dark.sum()  # nearly all ink is inside some box
+
+
+def test_the_chinese_set_is_chinese_and_small_print_is_small() -> None:
+    _needs("a4-zh")
+    _needs("small-print")
+    _, zh = devsets.render_page("a4-zh", 2)
+    text = "".join(line.text for line in zh)
+    han = sum("\u4e00" <= c <= "\u9fff" for c in text)
+    assert han > 0.8 * len(text)
+    _, small = devsets.render_page("small-print", 2)
+    _, large = devsets.render_page("a4-en", 2)
+
+    def height(lines: tuple[devsets.TextLine, ...]) -> float:
+        return float(np.median([ln.polygon[3][1] - ln.polygon[0][1] for ln in lines]))
+
+    assert height(small) < 35 < height(large)  # 6-8 pt vs 9-12 pt at 300 DPI
+
+
+def test_a_set_is_rendered_once_into_its_cache(tmp_path: Path) -> None:
+    _needs("small-print")
+    first = devsets.devset("small-print", 2, "heldout", cache=tmp_path)
+    stamp = [s.path.stat().st_mtime_ns for s in first]
+    again = devsets.devset("small-print", 2, "heldout", cache=tmp_path)
+    assert [s.path.stat().st_mtime_ns for s in again] == stamp
+    assert [s.gt for s in again] == [s.gt for s in first]
+    assert all(s.path.parent.name == f"small-print-heldout-v{devsets.VERSION}" for s in first)
+    assert first[0].name.endswith(f"{devsets.SPLITS['heldout']:06d}")
+
+
+def test_a_missing_font_or_package_is_named_with_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(devsets, "_fc_list", lambda pattern: [])
+    devsets.fonts_for.cache_clear()
+    devsets._zh_vocabulary.cache_clear()
+    real = devsets.importlib_find_spec
+
+    def no_jieba(name: str) -> object:
+        return None if name == "jieba" else real(name)
+
+    monkeypatch.setattr(devsets, "importlib_find_spec", no_jieba)
+    try:
+        with pytest.raises(devsets.MissingRequirement) as err:
+            devsets.devset("a4-zh", 1, cache=tmp_path)
+        assert "apt-get install fonts-noto-cjk" in str(err.value)
+        assert "pip install jieba" in str(err.value)
+        with pytest.raises(devsets.MissingRequirement, match="fonts-dejavu-core"):
+            devsets.devset("small-print", 1, cache=tmp_path)
+    finally:
+        devsets.fonts_for.cache_clear()
+        devsets._zh_vocabulary.cache_clear()
