@@ -124,7 +124,12 @@ def test_agent_crashes_duplicates_and_poison_under_load(
     unknown schema, a truncated body, the wrong type or no value at all are published to the
     topic of each consuming agent: they go to ``ocr.dlq.v1`` with their origin and the agents
     go on."""
-    pipeline, witness = stack(env=_agent_env(OCRSTREAM_FAKE_ENGINE_BATCH_DELAY_S="0.25"),
+    # Batches of two pages: a 3-page document's results come in two batches 0.25 s apart, so
+    # the assembler is regularly caught with a document half assembled and committed (with
+    # eight-page batches on a quiet machine every document's pages came at once, and step 2
+    # could wait out the whole load for that moment).
+    pipeline, witness = stack(env=_agent_env(OCRSTREAM_FAKE_ENGINE_BATCH_DELAY_S="0.25",
+                                             OCRSTREAM_WORKER_MAX_BATCH="2"),
                               tasks=True)  # fmt: skip
     codec = Codec(topics)
     client = OcrClient(topics, s3_settings)
