@@ -97,7 +97,11 @@ _WORDS = tuple(_WORD_TEXT.split())
 _FONTS = ("helv", "tiro", "cour")
 
 
-def _sentence(rng: random.Random, n_words: int) -> str:
+def _sentence(
+    rng: random.Random, n_words: int, ends: Sequence[str] = (".", ".", ".", ":", ";")
+) -> str:
+    """``n_words`` of the word list with a few numbers, amounts, capitals and commas, ended by
+    one of ``ends`` (repeats weight the choice)."""
     words = [rng.choice(_WORDS) for _ in range(n_words)]
     words[0] = words[0].capitalize()
     for i in range(1, len(words)):
@@ -110,7 +114,7 @@ def _sentence(rng: random.Random, n_words: int) -> str:
             words[i] = words[i].capitalize()
         elif r < 0.15:
             words[i] += ","
-    return " ".join(words) + rng.choice((".", ".", ".", ":", ";"))
+    return " ".join(words) + rng.choice(ends)
 
 
 def render_a4_page(seed: int, dpi: int = 300) -> tuple[bytes, tuple[TextLine, ...]]:

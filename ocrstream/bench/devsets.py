@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrstream.bench.cer import TextLine
-from ocrstream.bench.datasets import _WORDS, Sample
+from ocrstream.bench.datasets import Sample, _sentence
 
 DEVSETS = ("a4-en", "a4-zh", "small-print")
 SPLITS = {"dev": 0, "heldout": 100_000}
@@ -168,19 +168,7 @@ def _zh_sentence(rng: random.Random) -> str:
 
 
 def _en_sentence(rng: random.Random) -> str:
-    words = [rng.choice(_WORDS) for _ in range(rng.randint(4, 10))]
-    words[0] = words[0].capitalize()
-    for i in range(1, len(words)):
-        r = rng.random()
-        if r < 0.06:
-            words[i] = str(rng.randint(1, 99999))
-        elif r < 0.09:
-            words[i] = f"{rng.randint(1, 9999)}.{rng.randint(0, 99):02d}"
-        elif r < 0.12:
-            words[i] = words[i].capitalize()
-        elif r < 0.15:
-            words[i] += ","
-    return " ".join(words) + rng.choice(".......:;")
+    return _sentence(rng, rng.randint(4, 10), ends=".......:;")
 
 
 # --------------------------------------------------------------------------- rendering
