@@ -45,10 +45,14 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import ClientSettings, KafkaSettings, LimitsSettings, ParseMode, S3Settings
 from ocrstream.storage import ObjectStore, validate_doc_id
 from ocrstream.streams import topics
+from ocrstream.streams.follow import until_terminal
 from ocrstream.streams.media import extension
 from ocrstream.streams.producer import RecordProducer
 
 log = logging.getLogger(__name__)
+
+# What wait_many passes to its on_update: a document's page results, progress and end.
+_FOLLOWED = (PageResult, DocumentProgress, DocumentEvent)
 
 Update = PageResult | DocumentProgress | DocumentEvent
 
@@ -272,30 +276,13 @@ class OcrClient:
         Reads ``ocr.documents.v1`` from the beginning (compacted: one record per document),
         so an event published before the call is found too."""
         pending = set(doc_ids)
-        found: dict[str, DocumentEvent] = {}
         consumer = self._consumer([topics.DOCUMENTS, topics.PROGRESS], from_beginning=True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            while pending and (deadline is None or time.monotonic() < deadline):
-                msg = consumer.poll(0.2)
-                if msg is None or msg.error():
-                    continue
-                try:
-                    record = self.codec.decode(msg.value() or b"")
-                except PoisonError:
-                    continue
-                if not isinstance(record, PageResult | DocumentProgress | DocumentEvent):
-                    continue
-                if record.doc_id not in pending:
-                    continue
-                if on_update is not None:
-                    on_update(record)
-                if isinstance(record, DocumentEvent):
-                    found[record.doc_id] = record
-                    pending.discard(record.doc_id)
+            return until_terminal(consumer, self.codec, pending, deadline, on_update=on_update,
+                                  accept=lambda r: isinstance(r, _FOLLOWED))  # fmt: skip
         finally:
             consumer.close()
-        return found
 
     def wait(self, doc_id: str, timeout_s: float | None = None) -> DocumentEvent:
         """The document's terminal event; TimeoutError if none came in ``timeout_s``."""

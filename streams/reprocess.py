@@ -52,6 +52,7 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import KafkaSettings
 from ocrstream.storage import ObjectNotFoundError, ObjectStore
 from ocrstream.streams import topics
+from ocrstream.streams.follow import until_terminal
 from ocrstream.streams.redrive import read_to_end
 
 log = logging.getLogger(__name__)
@@ -305,7 +306,6 @@ def follow(
         "group.id": f"ocrstream-reprocess-{int(time.time() * 1000)}",
         "enable.auto.commit": False, "fetch.max.bytes": 16 * 1024 * 1024,
     }))  # fmt: skip
-    found: dict[str, DocumentEvent] = {}
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         wanted = []
@@ -318,26 +318,16 @@ def follow(
                 raise RetriableError(f"cannot reach Kafka: {e}") from e
             wanted += [TopicPartition(topic, p, ms) for p in md.topics[topic].partitions]
         consumer.assign(consumer.offsets_for_times(wanted, timeout=30))
-        while pending and (deadline is None or time.monotonic() < deadline):
-            msg = consumer.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            try:
-                record = codec.decode(msg.value() or b"")
-            except PoisonError:
-                continue
-            if not isinstance(record, DocumentEvent | DocumentProgress):
-                continue
-            target = targets.get(record.doc_id)
-            if target is None or record.revision < target or record.doc_id not in pending:
-                continue
-            on_update(record)
-            if isinstance(record, DocumentEvent):
-                found[record.doc_id] = record
-                pending.discard(record.doc_id)
+
+        def at_target(r: Any) -> bool:
+            return isinstance(r, DocumentEvent | DocumentProgress) and r.revision >= targets.get(
+                r.doc_id, r.revision + 1
+            )
+
+        return until_terminal(consumer, codec, pending, deadline, on_update=on_update,
+                              accept=at_target)  # fmt: skip
     finally:
         consumer.close()
-    return found
 
 
 def now_utc() -> datetime:
