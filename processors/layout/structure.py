@@ -19,7 +19,8 @@
    said.
 4. Tables get their cells from the table-structure model where it read the region
    (:mod:`.table_grid`: its grid, the lines' text in its cell boxes), ``source`` ``model``;
-   where it did not or its answer is unusable, from their lines' geometry — rows where lines
+   where it did not, its answer is unusable, or it misread the lines (:func:`.misread`: lines
+   it puts in one cell that cannot share one), from their lines' geometry — rows where lines
    overlap vertically, columns at the vertical gaps no line crosses — ``source`` ``geometry``.
 5. Reading order (:func:`reading_order`): headers, then the body by XY-cut — columns left to
    right where a vertical gap splits the blocks, bands top to bottom where none does, bands
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from ocrstream.processors.layout.blocks import BBox, Block, Cell
 from ocrstream.processors.layout.model import Detection
 from ocrstream.processors.layout.ruled import ruled_tables
-from ocrstream.processors.layout.table_grid import GridCell, fill_cells
+from ocrstream.processors.layout.table_grid import GridCell, fill_cells, misread
 from ocrstream.processors.ocr.types import Line
 
 #: CDLA class → block type (title is refined into title or heading).
@@ -145,9 +146,14 @@ def build_blocks(
             if cells is None and region in (tables or {}):
                 why = "no grid" if grid is None else f"{len(grid)} cells misfit the lines"
                 log.info("table structure unusable (%s): cells from geometry", why)
+            geometry = table_cells(ordered, boxes, lines)
+            misreads = grid_source == "model" and cells is not None
+            if misreads and misread(cells or (), geometry, ordered, boxes, lines):
+                log.info("table model misread the lines: cells from geometry")
+                cells = None
             source = grid_source if cells is not None else "geometry"
             if cells is None:
-                cells = table_cells(ordered, boxes, lines)
+                cells = geometry
             text = "\n".join(" ".join(c.text for c in row) for row in _rows_of(cells))
             blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells, source=source))
             continue
@@ -286,16 +292,21 @@ DOUBLED = 0.7
 def _undoubled(regions: Sequence[_Region]) -> list[_Region | None]:
     """The regions with those the model drew twice left out (None, so indices stay): a text
     or reference region lying mostly (:data:`DOUBLED`) inside a more confident text or
-    reference region. Two such regions over one column would otherwise share its lines by a
-    few pixels of overlap, each taking every other paragraph's rows."""
+    reference region, and a table, figure or equation region drawn over much the same box
+    (each :data:`DOUBLED` inside the other) as a more confident one of those. Two such
+    regions over one column would otherwise share its lines by a few pixels of overlap, each
+    taking every other paragraph's rows; and a table also drawn, less surely, as a slightly
+    smaller equation would lose its lines to it."""
     out: list[_Region | None] = list(regions)
     for i, a in enumerate(regions):
-        if a.type not in _BODY:
-            continue
+        kinds = _BODY if a.type in _BODY else _CONTAINERS if a.type in _CONTAINERS else ()
         for j, b in enumerate(regions):
-            if i == j or b.type not in _BODY or out[j] is None:
+            if i == j or b.type not in kinds or out[j] is None:
                 continue
-            inner = _inter(a.bbox, b.bbox) >= DOUBLED * max(_area(a.bbox), 1e-6)
+            inter = _inter(a.bbox, b.bbox)
+            inner = inter >= DOUBLED * max(_area(a.bbox), 1e-6)
+            if kinds == _CONTAINERS:
+                inner = inner and inter >= DOUBLED * max(_area(b.bbox), 1e-6)
             if inner and (b.score, _area(b.bbox)) > (a.score, _area(a.bbox)):
                 out[i] = None
                 break

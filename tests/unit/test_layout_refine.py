@@ -160,3 +160,22 @@ def test_cells_from_geometry_span_under_a_group_header_and_down_a_row_label() ->
         '<tr><td rowspan="2">North</td><td>85.1</td><td>97.1</td><td>26.0</td></tr>'
         "<tr><td>74.0</td><td>38.4</td><td>13.2</td></tr></table>"
     )
+
+
+def test_a_table_also_drawn_as_a_less_sure_equation_keeps_its_lines() -> None:
+    # The model drew the grid as a table and, a few pixels smaller and less surely, as an
+    # equation: the lines must stay in the table, or the page has no table at all.
+    lines = _grid(350)
+    detections = [
+        Detection("table", 0.84, (140, 345, 600, 480)),
+        Detection("equation", 0.57, (142, 346, 596, 478)),
+    ]
+    blocks = build_blocks(detections, lines, W, H)
+    assert [b.type for b in blocks] == ["table"]
+    assert blocks[0].cells[0].text == "Region"
+    assert len(blocks[0].cells) == 16
+    # An equation region elsewhere on the page keeps its own lines.
+    formula = _line("E = m c 2", 300, 700, 520, 740)
+    detections.append(Detection("equation", 0.6, (290, 690, 530, 750)))
+    blocks = build_blocks(detections, [*lines, formula], W, H)
+    assert [b.type for b in blocks] == ["table", "equation"]
