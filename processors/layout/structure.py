@@ -493,14 +493,20 @@ def table_cells(
     idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]
 ) -> tuple[Cell, ...]:
     """Cells from line geometry: rows of overlapping lines; columns at the vertical gaps that
-    no line crosses but those spanning several columns (a group header over its columns,
-    taken narrowest lines first); a line over several columns spans them (``colspan``), and a
+    no line of the body (from the first row with the most lines down) crosses but those
+    spanning several columns (taken narrowest lines first); header lines go to the columns
+    they cover or the nearest, and a group header spans the columns under it
+    (:func:`_group_headers`); a line over several columns spans them (``colspan``), and a
     row label left empty under one (the first column empty in a row that has cells) continues
     it (``rowspan``)."""
     if not idx:
         return ()
+    line_rows = _rows(idx, boxes)
+    most = max(len(row) for row in line_rows)
+    first_full = next(k for k, row in enumerate(line_rows) if len(row) == most)
+    body = [i for row in line_rows[first_full:] for i in row]  # header lines make no column
     columns: list[list[float]] = []
-    for x0, x1 in sorted(((boxes[i][0], boxes[i][2]) for i in idx), key=lambda s: s[1] - s[0]):
+    for x0, x1 in sorted(((boxes[i][0], boxes[i][2]) for i in body), key=lambda s: s[1] - s[0]):
         hit = [c for c in columns if min(x1, c[1]) - max(x0, c[0]) > 0]
         if len(hit) == 1:
             hit[0][0], hit[0][1] = min(hit[0][0], x0), max(hit[0][1], x1)
@@ -508,7 +514,7 @@ def table_cells(
             columns.append([x0, x1])
     columns.sort()
     spans: list[Cell] = []
-    for r, row in enumerate(_rows(idx, boxes)):
+    for r, row in enumerate(line_rows):
         by_col: dict[int, list[int]] = {}
         width: dict[int, int] = {}
         for i in row:
@@ -525,7 +531,42 @@ def table_cells(
             text = " ".join(lines[i].text.strip() for i in members)
             box = _union([boxes[i] for i in members])
             spans.append(Cell(r, col, 1, width[col], box, text))
-    return _continued_labels(spans)
+    return _continued_labels(_group_headers(spans, columns))
+
+
+def _group_headers(cells: list[Cell], columns: Sequence[Sequence[float]]) -> list[Cell]:
+    """In the header rows (those above the first row with a cell in every column), a column
+    no cell of the row covers goes to the row's nearest cell but the first column's: a group
+    header centred over its columns is narrower than they are."""
+    rows = _rows_of(cells)
+    full = next(
+        (k for k, row in enumerate(rows) if sum(c.colspan for c in row) >= len(columns)),
+        len(rows),
+    )
+    out: list[Cell] = []
+    for k, row in enumerate(rows):
+        groups = [c for c in row if c.col > 0]
+        if k >= full or not groups:
+            out += row
+            continue
+        taken = {c.col + n for c in row for n in range(c.colspan)}
+        reach = {id(c): (c.col, c.col + c.colspan - 1) for c in groups}
+        for col in range(1, len(columns)):
+            if col in taken:
+                continue
+            mid = (columns[col][0] + columns[col][1]) / 2
+            near = min(groups, key=lambda c: max(c.bbox[0] - mid, mid - c.bbox[2], 0.0))
+            lo, hi = reach[id(near)]
+            reach[id(near)] = (min(lo, col), max(hi, col))
+        for c in row:
+            if c.col == 0 or id(c) not in reach:
+                out.append(c)
+                continue
+            lo, hi = reach[id(c)]
+            crossed = any(o is not c and lo <= o.col <= hi for o in row)
+            col, span = (c.col, c.colspan) if crossed else (lo, hi - lo + 1)
+            out.append(Cell(c.row, col, c.rowspan, span, c.bbox, c.text))
+    return out
 
 
 def _continued_labels(cells: list[Cell]) -> tuple[Cell, ...]:

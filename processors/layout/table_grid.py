@@ -14,7 +14,9 @@
 4. The model misread the table — :func:`misread`, and the caller takes the cells from line
    geometry instead — when its cells put together lines that cannot be one cell's text (two
    lines side by side across a column gap, or two numbers stacked: a number does not wrap)
-   while the geometric grid never puts together lines that the model's cells keep apart.
+   or leaves a first-column cell empty under a filled one (a row label it did not span down,
+   or rows shifted), while the geometric grid never puts together lines that the model's
+   cells keep apart.
    SLANet-plus does that on some small borderless tables: a column dropped into its
    neighbour, rows shifted under a two-row header.
 """
@@ -183,6 +185,8 @@ def misread(
             continue
         if seen.setdefault(in_geometry[i], in_model[i]) != in_model[i]:
             return False
+    if _unspanned_label(model):
+        return True
     rows = {i: r for r, row in enumerate(_line_rows(idx, boxes)) for i in row}
     together: dict[int, list[int]] = {}
     for i in idx:
@@ -198,6 +202,13 @@ def misread(
                 if rows[i] == rows[j] or numbers:
                     return True
     return False
+
+
+def _unspanned_label(cells: Sequence[Cell]) -> bool:
+    """An empty first-column cell under a filled one: a row label the model did not span
+    down, or rows it shifted (an empty top-left corner is no such thing)."""
+    first = sorted((c.row, bool(c.text.strip())) for c in cells if c.col == 0)
+    return any(not filled and any(f for _, f in first[:k]) for k, (_, filled) in enumerate(first))
 
 
 def _holders(

