@@ -212,10 +212,20 @@ def refine_regions(
     - A figure region that such a table fills (most of its height) is that table: it becomes
       a text region whose lines the table takes.
     - A figure region filled with lines of running text (three or more, most of them over
-      half its width) is text."""
+      half its width) is text.
+    - A table region over running text (three or more lines, at least half of them wider
+      than :data:`CELL_WIDTH` of the page: the model drew one box over two columns of prose)
+      is no region: its box shrinks to nothing, and its lines are grouped into paragraphs as
+      lines in no region are."""
     out = list(detections)
     boxes = [line_box(line) for line in lines]
-    grids = _grids(boxes, [d.bbox for d in detections if d.label == "table"], width, height)
+    for n, d in enumerate(out):
+        inside = [b for b in boxes if _inter(b, d.bbox) >= 0.5 * max(_area(b), 1e-6)]
+        wide = [b for b in inside if b[2] - b[0] > CELL_WIDTH * width]
+        if d.label == "table" and len(inside) >= 3 and 2 * len(wide) >= len(inside):
+            x0, y0 = d.bbox[:2]
+            out[n] = Detection("text", d.score, (x0, y0, x0, y0))  # no region: paragraphs
+    grids = _grids(boxes, [d.bbox for d in out if d.label == "table"], width, height)
     for n, d in enumerate(out):
         if d.label != "figure":
             continue
@@ -292,25 +302,34 @@ DOUBLED = 0.7
 def _undoubled(regions: Sequence[_Region]) -> list[_Region | None]:
     """The regions with those the model drew twice left out (None, so indices stay): a text
     or reference region lying mostly (:data:`DOUBLED`) inside a more confident text or
-    reference region, and a table, figure or equation region drawn over much the same box
-    (each :data:`DOUBLED` inside the other) as a more confident one of those. Two such
+    reference region, and any region drawn over much the same box (each :data:`DOUBLED`
+    inside the other) as a more confident one of the same kind — both tables, figures or
+    equations, or both not — a table before an equation whatever their scores. Two body
     regions over one column would otherwise share its lines by a few pixels of overlap, each
-    taking every other paragraph's rows; and a table also drawn, less surely, as a slightly
-    smaller equation would lose its lines to it."""
+    taking every other paragraph's rows; a title also drawn, less surely and a pixel wider,
+    as a reference would lose its line to it; a table also drawn as an equation would be
+    no table."""
     out: list[_Region | None] = list(regions)
     for i, a in enumerate(regions):
-        kinds = _BODY if a.type in _BODY else _CONTAINERS if a.type in _CONTAINERS else ()
         for j, b in enumerate(regions):
-            if i == j or b.type not in kinds or out[j] is None:
+            if i == j or out[j] is None:
                 continue
             inter = _inter(a.bbox, b.bbox)
-            inner = inter >= DOUBLED * max(_area(a.bbox), 1e-6)
-            if kinds == _CONTAINERS:
-                inner = inner and inter >= DOUBLED * max(_area(b.bbox), 1e-6)
-            if inner and (b.score, _area(b.bbox)) > (a.score, _area(a.bbox)):
+            inside = inter >= DOUBLED * max(_area(a.bbox), 1e-6)
+            around = inter >= DOUBLED * max(_area(b.bbox), 1e-6)
+            if a.type in _BODY and b.type in _BODY:
+                doubled = inside
+            else:
+                same_kind = (a.type in _CONTAINERS) == (b.type in _CONTAINERS)
+                doubled = same_kind and inside and around
+            if doubled and _rank(b) > _rank(a):
                 out[i] = None
                 break
     return out
+
+
+def _rank(region: _Region) -> tuple[bool, float, float]:
+    return region.type == "table", region.score, _area(region.bbox)
 
 
 def _owner(box: BBox, regions: Sequence[_Region | None]) -> int | None:

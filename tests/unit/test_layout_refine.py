@@ -187,7 +187,7 @@ def test_group_headers_narrower_than_their_columns_span_them_from_geometry() -> 
     assert [c.col for c in table.cells if c.row == 3] == [0, 1, 2, 4]
 
 
-def test_a_table_also_drawn_as_a_less_sure_equation_keeps_its_lines() -> None:
+def test_a_table_also_drawn_as_an_equation_keeps_its_lines() -> None:
     # The model drew the grid as a table and, a few pixels smaller and less surely, as an
     # equation: the lines must stay in the table, or the page has no table at all.
     lines = _grid(350)
@@ -204,3 +204,37 @@ def test_a_table_also_drawn_as_a_less_sure_equation_keeps_its_lines() -> None:
     detections.append(Detection("equation", 0.6, (290, 690, 530, 750)))
     blocks = build_blocks(detections, [*lines, formula], W, H)
     assert [b.type for b in blocks] == ["table", "equation"]
+    # Drawn over the same box as an equation more confident than the table: still a table.
+    detections[1] = Detection("equation", 0.9, (142, 346, 596, 478))
+    assert [b.type for b in build_blocks(detections, lines, W, H)] == ["table"]
+
+
+def test_a_title_also_drawn_a_pixel_wider_as_a_less_sure_reference_stays_the_title() -> None:
+    title = _line("Board Report on Capital Projects 2022", 150, 170, 900, 215)
+    lines = [title, *_paragraph(260, 4)]
+    detections = [
+        Detection("title", 0.91, (155, 172, 850, 212)),
+        Detection("reference", 0.56, (155, 172, 853, 212)),  # holds the line a hair more
+        Detection("text", 0.9, (140, 255, 1100, 400)),
+    ]
+    blocks = build_blocks(detections, lines, W, H)
+    assert (blocks[0].type, blocks[0].text) == ("title", title.text)
+    assert [b.type for b in blocks] == ["title", "text"]
+
+
+def test_a_table_region_over_two_columns_of_prose_is_read_as_paragraphs() -> None:
+    left = _paragraph(300, 5, 150, 580)
+    right = [_line(f"the right column, line {i}.", 660, 300 + i * 34, 1090, 324 + i * 34)
+             for i in range(5)]  # fmt: skip
+    detections = [Detection("table", 0.56, (140, 290, 1100, 480))]
+    regions = refine_regions(detections, [*left, *right], W, H)
+    assert [d.label for d in regions] == ["text"]
+    blocks = build_blocks(regions, [*left, *right], W, H)
+    assert [b.type for b in blocks] == ["text", "text"]
+    assert blocks[0].text.splitlines() == [ln.text for ln in left]  # left column first
+    # A real table region of short cells stays a table.
+    grid = _grid(600)
+    assert (
+        refine_regions([Detection("table", 0.6, (140, 590, 600, 740))], grid, W, H)[0].label
+        == "table"
+    )
