@@ -255,10 +255,11 @@ def engine(
     "--split",
     "splits",
     multiple=True,
-    type=click.Choice(["dev", "heldout"]),
+    type=click.Choice(["dev", "heldout", "final"]),
     default=("dev",),
     show_default=True,
-    help="Which pages: dev (seeds from 0) or heldout (seeds from 100000); repeatable.",
+    help="Which pages: dev (seeds from 0), heldout (from 100000) or final (from 200000); "
+    "repeatable.",
 )
 @click.option("--pages", type=int, default=12, show_default=True, help="Pages per split.")
 @click.option(

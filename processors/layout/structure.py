@@ -19,7 +19,8 @@
    said.
 4. Tables get their cells from the table-structure model where it read the region
    (:mod:`.table_grid`: its grid, the lines' text in its cell boxes), ``source`` ``model``;
-   where it did not or its answer is unusable, from their lines' geometry — rows where lines
+   where it did not, its answer is unusable, or it misread the lines (:func:`.misread`: lines
+   it puts in one cell that cannot share one), from their lines' geometry — rows where lines
    overlap vertically, columns at the vertical gaps no line crosses — ``source`` ``geometry``.
 5. Reading order (:func:`reading_order`): headers, then the body by XY-cut — columns left to
    right where a vertical gap splits the blocks, bands top to bottom where none does, bands
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from ocrstream.processors.layout.blocks import BBox, Block, Cell
 from ocrstream.processors.layout.model import Detection
 from ocrstream.processors.layout.ruled import ruled_tables
-from ocrstream.processors.layout.table_grid import GridCell, fill_cells
+from ocrstream.processors.layout.table_grid import GridCell, fill_cells, misread
 from ocrstream.processors.ocr.types import Line
 
 #: CDLA class → block type (title is refined into title or heading).
@@ -145,9 +146,14 @@ def build_blocks(
             if cells is None and region in (tables or {}):
                 why = "no grid" if grid is None else f"{len(grid)} cells misfit the lines"
                 log.info("table structure unusable (%s): cells from geometry", why)
+            geometry = table_cells(ordered, boxes, lines)
+            misreads = grid_source == "model" and cells is not None
+            if misreads and misread(cells or (), geometry, ordered, boxes, lines):
+                log.info("table model misread the lines: cells from geometry")
+                cells = None
             source = grid_source if cells is not None else "geometry"
             if cells is None:
-                cells = table_cells(ordered, boxes, lines)
+                cells = geometry
             text = "\n".join(" ".join(c.text for c in row) for row in _rows_of(cells))
             blocks.append(Block(kind, bbox, tuple(ordered), text, cells=cells, source=source))
             continue
@@ -206,10 +212,20 @@ def refine_regions(
     - A figure region that such a table fills (most of its height) is that table: it becomes
       a text region whose lines the table takes.
     - A figure region filled with lines of running text (three or more, most of them over
-      half its width) is text."""
+      half its width) is text.
+    - A table region over running text (three or more lines, at least half of them wider
+      than :data:`CELL_WIDTH` of the page: the model drew one box over two columns of prose)
+      is no region: its box shrinks to nothing, and its lines are grouped into paragraphs as
+      lines in no region are."""
     out = list(detections)
     boxes = [line_box(line) for line in lines]
-    grids = _grids(boxes, [d.bbox for d in detections if d.label == "table"], width, height)
+    for n, d in enumerate(out):
+        inside = [b for b in boxes if _inter(b, d.bbox) >= 0.5 * max(_area(b), 1e-6)]
+        wide = [b for b in inside if b[2] - b[0] > CELL_WIDTH * width]
+        if d.label == "table" and len(inside) >= 3 and 2 * len(wide) >= len(inside):
+            x0, y0 = d.bbox[:2]
+            out[n] = Detection("text", d.score, (x0, y0, x0, y0))  # no region: paragraphs
+    grids = _grids(boxes, [d.bbox for d in out if d.label == "table"], width, height)
     for n, d in enumerate(out):
         if d.label != "figure":
             continue
@@ -286,20 +302,34 @@ DOUBLED = 0.7
 def _undoubled(regions: Sequence[_Region]) -> list[_Region | None]:
     """The regions with those the model drew twice left out (None, so indices stay): a text
     or reference region lying mostly (:data:`DOUBLED`) inside a more confident text or
-    reference region. Two such regions over one column would otherwise share its lines by a
-    few pixels of overlap, each taking every other paragraph's rows."""
+    reference region, and any region drawn over much the same box (each :data:`DOUBLED`
+    inside the other) as a more confident one of the same kind — both tables, figures or
+    equations, or both not — a table before an equation whatever their scores. Two body
+    regions over one column would otherwise share its lines by a few pixels of overlap, each
+    taking every other paragraph's rows; a title also drawn, less surely and a pixel wider,
+    as a reference would lose its line to it; a table also drawn as an equation would be
+    no table."""
     out: list[_Region | None] = list(regions)
     for i, a in enumerate(regions):
-        if a.type not in _BODY:
-            continue
         for j, b in enumerate(regions):
-            if i == j or b.type not in _BODY or out[j] is None:
+            if i == j or out[j] is None:
                 continue
-            inner = _inter(a.bbox, b.bbox) >= DOUBLED * max(_area(a.bbox), 1e-6)
-            if inner and (b.score, _area(b.bbox)) > (a.score, _area(a.bbox)):
+            inter = _inter(a.bbox, b.bbox)
+            inside = inter >= DOUBLED * max(_area(a.bbox), 1e-6)
+            around = inter >= DOUBLED * max(_area(b.bbox), 1e-6)
+            if a.type in _BODY and b.type in _BODY:
+                doubled = inside
+            else:
+                same_kind = (a.type in _CONTAINERS) == (b.type in _CONTAINERS)
+                doubled = same_kind and inside and around
+            if doubled and _rank(b) > _rank(a):
                 out[i] = None
                 break
     return out
+
+
+def _rank(region: _Region) -> tuple[bool, float, float]:
+    return region.type == "table", region.score, _area(region.bbox)
 
 
 def _owner(box: BBox, regions: Sequence[_Region | None]) -> int | None:
@@ -482,14 +512,20 @@ def table_cells(
     idx: Sequence[int], boxes: Sequence[BBox], lines: Sequence[Line]
 ) -> tuple[Cell, ...]:
     """Cells from line geometry: rows of overlapping lines; columns at the vertical gaps that
-    no line crosses but those spanning several columns (a group header over its columns,
-    taken narrowest lines first); a line over several columns spans them (``colspan``), and a
+    no line of the body (from the first row with the most lines down) crosses but those
+    spanning several columns (taken narrowest lines first); header lines go to the columns
+    they cover or the nearest, and a group header spans the columns under it
+    (:func:`_group_headers`); a line over several columns spans them (``colspan``), and a
     row label left empty under one (the first column empty in a row that has cells) continues
     it (``rowspan``)."""
     if not idx:
         return ()
+    line_rows = _rows(idx, boxes)
+    most = max(len(row) for row in line_rows)
+    first_full = next(k for k, row in enumerate(line_rows) if len(row) == most)
+    body = [i for row in line_rows[first_full:] for i in row]  # header lines make no column
     columns: list[list[float]] = []
-    for x0, x1 in sorted(((boxes[i][0], boxes[i][2]) for i in idx), key=lambda s: s[1] - s[0]):
+    for x0, x1 in sorted(((boxes[i][0], boxes[i][2]) for i in body), key=lambda s: s[1] - s[0]):
         hit = [c for c in columns if min(x1, c[1]) - max(x0, c[0]) > 0]
         if len(hit) == 1:
             hit[0][0], hit[0][1] = min(hit[0][0], x0), max(hit[0][1], x1)
@@ -497,7 +533,7 @@ def table_cells(
             columns.append([x0, x1])
     columns.sort()
     spans: list[Cell] = []
-    for r, row in enumerate(_rows(idx, boxes)):
+    for r, row in enumerate(line_rows):
         by_col: dict[int, list[int]] = {}
         width: dict[int, int] = {}
         for i in row:
@@ -514,7 +550,42 @@ def table_cells(
             text = " ".join(lines[i].text.strip() for i in members)
             box = _union([boxes[i] for i in members])
             spans.append(Cell(r, col, 1, width[col], box, text))
-    return _continued_labels(spans)
+    return _continued_labels(_group_headers(spans, columns))
+
+
+def _group_headers(cells: list[Cell], columns: Sequence[Sequence[float]]) -> list[Cell]:
+    """In the header rows (those above the first row with a cell in every column), a column
+    no cell of the row covers goes to the row's nearest cell but the first column's: a group
+    header centred over its columns is narrower than they are."""
+    rows = _rows_of(cells)
+    full = next(
+        (k for k, row in enumerate(rows) if sum(c.colspan for c in row) >= len(columns)),
+        len(rows),
+    )
+    out: list[Cell] = []
+    for k, row in enumerate(rows):
+        groups = [c for c in row if c.col > 0]
+        if k >= full or not groups:
+            out += row
+            continue
+        taken = {c.col + n for c in row for n in range(c.colspan)}
+        reach = {id(c): (c.col, c.col + c.colspan - 1) for c in groups}
+        for col in range(1, len(columns)):
+            if col in taken:
+                continue
+            mid = (columns[col][0] + columns[col][1]) / 2
+            near = min(groups, key=lambda c: max(c.bbox[0] - mid, mid - c.bbox[2], 0.0))
+            lo, hi = reach[id(near)]
+            reach[id(near)] = (min(lo, col), max(hi, col))
+        for c in row:
+            if c.col == 0 or id(c) not in reach:
+                out.append(c)
+                continue
+            lo, hi = reach[id(c)]
+            crossed = any(o is not c and lo <= o.col <= hi for o in row)
+            col, span = (c.col, c.colspan) if crossed else (lo, hi - lo + 1)
+            out.append(Cell(c.row, col, c.rowspan, span, c.bbox, c.text))
+    return out
 
 
 def _continued_labels(cells: list[Cell]) -> tuple[Cell, ...]:

@@ -11,10 +11,19 @@
    found no cell, when most of the table's lines fall in no cell at all, or when it has far
    fewer rows than the lines do (:data:`MIN_ROW_SHARE`: a long table squeezed into the model's
    488 pixels comes back as a few big cells).
+4. The model misread the table — :func:`misread`, and the caller takes the cells from line
+   geometry instead — when its cells put together lines that cannot be one cell's text (two
+   lines side by side across a column gap, or two numbers stacked: a number does not wrap)
+   or leaves a first-column cell empty under a filled one (a row label it did not span down,
+   or rows shifted), while the geometric grid never puts together lines that the model's
+   cells keep apart.
+   SLANet-plus does that on some small borderless tables: a column dropped into its
+   neighbour, rows shifted under a two-row header.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +36,7 @@ MAX_STRAY = 0.5
 #: The model's rows at least this share of the rows the table's lines form.
 MIN_ROW_SHARE = 0.5
 _OPEN = ("<td", "<td></td>", "<td>")
+_NUMBER = re.compile(r"^[-+−(]?[$€£]?\d[\d.,]*%?\)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,61 @@ def fill_cells(
         text = " ".join(lines[j].text.strip() for j in _reading(inside, boxes))
         out.append(Cell(g.row, g.col, g.rowspan, g.colspan, cell_box, text))
     return tuple(out)
+
+
+def misread(
+    model: Sequence[Cell],
+    geometry: Sequence[Cell],
+    idx: Sequence[int],
+    boxes: Sequence[BBox],
+    lines: Sequence[Line],
+) -> bool:
+    """Whether the geometric cells of a table (``geometry``) should replace the model's
+    (``model``, as :func:`fill_cells` filled them) for its lines (module docstring, step 4)."""
+    in_model = _holders(model, idx, boxes)
+    in_geometry = _holders(geometry, idx, boxes)
+    seen: dict[int | None, int | None] = {}
+    for i in idx:  # a geometric cell over two model cells: the geometry splits less there
+        if in_model[i] is None:
+            continue
+        if seen.setdefault(in_geometry[i], in_model[i]) != in_model[i]:
+            return False
+    if _unspanned_label(model):
+        return True
+    rows = {i: r for r, row in enumerate(_line_rows(idx, boxes)) for i in row}
+    together: dict[int, list[int]] = {}
+    for i in idx:
+        cell = in_model[i]
+        if cell is not None:
+            together.setdefault(cell, []).append(i)
+    for members in together.values():
+        for a, i in enumerate(members):
+            for j in members[a + 1 :]:
+                if in_geometry[i] == in_geometry[j]:
+                    continue
+                numbers = all(_NUMBER.match(lines[k].text.strip()) for k in (i, j))
+                if rows[i] == rows[j] or numbers:
+                    return True
+    return False
+
+
+def _unspanned_label(cells: Sequence[Cell]) -> bool:
+    """An empty first-column cell under a filled one: a row label the model did not span
+    down, or rows it shifted (an empty top-left corner is no such thing)."""
+    first = sorted((c.row, bool(c.text.strip())) for c in cells if c.col == 0)
+    return any(not filled and any(f for _, f in first[:k]) for k, (_, filled) in enumerate(first))
+
+
+def _holders(
+    cells: Sequence[Cell], idx: Sequence[int], boxes: Sequence[BBox]
+) -> dict[int, int | None]:
+    """Each line's cell: the one whose box holds most of it (None: no cell touches it)."""
+    out: dict[int, int | None] = {}
+    for i in idx:
+        shares = [_inter(boxes[i], c.bbox) for c in cells]
+        best = max(range(len(cells)), key=lambda k: shares[k], default=None)
+        out[i] = best if best is not None and shares[best] > 0 else None
+    return out
 
 
 def _reading(idx: Sequence[int], boxes: Sequence[BBox]) -> list[int]:

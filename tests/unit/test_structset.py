@@ -57,6 +57,9 @@ def test_pages_are_made_once_and_the_splits_do_not_overlap(tmp_path: Path) -> No
     held = structset.pages("heldout", 1, tmp_path)
     assert held[0].seed == structset.SPLITS["heldout"]
     assert held[0].truth.body != dev[0].truth.body
+    final = structset.pages("final", 1, tmp_path)
+    assert final[0].seed == 200_000
+    assert final[0].truth.body not in (dev[0].truth.body, held[0].truth.body)
     with pytest.raises(ValueError, match="unknown split"):
         structset.pages("test", 1, tmp_path)
 
