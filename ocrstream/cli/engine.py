@@ -20,9 +20,10 @@ def engine() -> None:
     help="Model set (repeatable; default OCRSTREAM_OCR_MODEL).",
 )
 def quantize(models: tuple[str, ...]) -> None:
-    """Build the INT8 det and rec models of the int8 profile (OCRSTREAM_OCR_PRECISION=int8)
-    into the engine cache: NNCF post-training quantisation, calibrated on the dev split of the
-    engine's development sets. Models already there are kept; prints each model's path."""
+    """Build the int8 profile's INT8 models (OCRSTREAM_OCR_PRECISION=int8: det, and rec where
+    INT8 holds its accuracy) into the engine cache: NNCF post-training quantisation, calibrated
+    on the dev split of the engine's development sets. Models already there are kept; prints
+    each model's path."""
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.processors.ocr.quantize import CALIBRATION
     from ocrstream.settings import OcrSettings

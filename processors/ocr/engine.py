@@ -178,7 +178,8 @@ class OcrEngine:
         self._info = EngineInfo(
             backend=self._backend.name,
             model=self.models.name,
-            version=self.models.version,
+            version=self.models.version
+            + (f" int8:{'+'.join(sorted(self.int8_models))}" if self.int8_models else ""),
             device=settings.device,
         )
         log.info(
