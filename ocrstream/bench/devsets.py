@@ -324,3 +324,59 @@ def _write(path: Path, data: bytes) -> None:
 
 def all_devsets(names: Sequence[str], n: int, split: str) -> dict[str, list[Sample]]:
     return {f"{name}-{split}-{n}": devset(name, n, split) for name in names}
+
+
+# --------------------------------------------------------------------------- receipt-like pages
+
+
+def receipt_like_page(seed: int) -> bytes:
+    """A till receipt as JPEG bytes, for calibration only (no ground truth is kept): a narrow
+    strip at ~200 DPI, upper-case shop lines, items with right-aligned amounts, a total, in
+    DejaVu Sans or Serif at 7-10 pt, degraded like the dev sets and set on a darker,
+    uneven background the way a photographed or fed-through receipt is."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    rng = random.Random(f"receipt:{seed}")
+    faces = fonts_for("a4-en")
+    face = faces[seed % len(faces)]
+    dpi = rng.choice((150, 200, 240))
+    size_px = rng.uniform(7.0, 10.0) * dpi / 72.0
+    font = ImageFont.truetype(face.path, round(size_px), index=face.index)
+    width = round(rng.uniform(2.6, 3.2) * dpi)  # 66-81 mm of paper
+    rows = rng.randint(18, 40)
+    leading = size_px * rng.uniform(1.2, 1.6)
+    height = round(leading * (rows + 4) + 2 * size_px)
+    page = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(page)
+    left, right, y = size_px, width - size_px, size_px
+    lines: list[TextLine] = []
+    total = 0.0
+    for row in range(rows):
+        if row < 3:  # shop name, address, date
+            text = _fit(draw, _en_sentence(rng).rstrip(".:;").upper(), font, right - left)
+            draw.text(((width - draw.textlength(text, font=font)) / 2, y), text, font=font, fill=0)
+        else:
+            amount = rng.randint(50, 99999) / 100
+            total += amount
+            label = _fit(draw, _sentence(rng, rng.randint(1, 4), ends=" ").upper(), font,
+                         (right - left) * 0.6)  # fmt: skip
+            draw.text((left, y), label, font=font, fill=0)
+            text = f"{amount:.2f}"
+            draw.text((right - draw.textlength(text, font=font), y), text, font=font, fill=0)
+        y += leading
+    text = f"TOTAL {total:.2f}"
+    draw.text((right - draw.textlength(text, font=font), y + leading), text, font=font, fill=0)
+    image, _ = _degrade(np.asarray(page), lines, rng)
+    pad = round(rng.uniform(0.1, 0.4) * width)  # the table or scanner lid around the strip
+    shade = np.array([rng.uniform(60, 200)] * 3, np.float32)
+    canvas = np.empty((height + 2 * pad, width + 2 * pad, 3), np.float32)
+    canvas[:] = shade
+    gradient = np.linspace(rng.uniform(0.8, 1.0), rng.uniform(1.0, 1.15), canvas.shape[0])
+    canvas[pad : pad + height, pad : pad + width] = image
+    canvas *= gradient[:, None, None]
+    out = io.BytesIO()
+    Image.fromarray(np.clip(canvas, 0, 255).astype(np.uint8)).save(
+        out, "JPEG", quality=rng.randint(60, 85)
+    )
+    return out.getvalue()

@@ -13,6 +13,10 @@ span from the barrier to the last child's end.
   missed). With ``device_pipeline`` (torch on CUDA) the pages go through
   :class:`~ocrstream.bench.device_pipeline.DevicePipeline` instead: nvjpeg decode and
   everything up to CTC on the GPU.
+- **ocrstream-int8** (when OpenVINO imports): the same with ``precision="int8"``, the int8
+  profile (:mod:`~ocrstream.processors.ocr.quantize`: its INT8 models are loaded from the engine
+  cache, or built there first by the first child, before the timed part), so fp32 and INT8
+  run in the same benchmark with the peers.
 - **rapidocr** (when importable): RapidOCR 3.10 with the SAME det/rec files, the same thread
   count per process (onnxruntime intra-op threads, one inter-op), no classifier; its other
   settings are its defaults (det ``limit_side_len`` 736 "min", ``max_side_len`` 2000).
@@ -41,14 +45,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
 
-ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "tesseract")
+ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "tesseract", "ocrstream-int8")
 # How long ocrstream's first pages wait for a full batch (the pages are read far faster).
 BATCH_WAIT_S = 0.5
 
@@ -255,11 +259,16 @@ def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
     return out
 
 
+def _ocrstream_int8_runner(cfg: BenchConfig) -> Any:
+    return _ocrstream_runner(replace(cfg, precision="int8"))
+
+
 _RUNNERS = {
     "ocrstream": _ocrstream_runner,
     "rapidocr": _rapidocr_runner,
     "faster-paddle": _faster_paddle_runner,
     "tesseract": _tesseract_runner,
+    "ocrstream-int8": _ocrstream_int8_runner,
 }
 
 
@@ -365,8 +374,9 @@ def _collect(children: list[Any], queue: Any) -> list[dict[str, Any]]:
 
 
 def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
-    if engine == "ocrstream":
+    if engine in ("ocrstream", "ocrstream-int8"):
         extra = " device-pipeline" if cfg.device_pipeline else ""
+        extra += " int8" if engine == "ocrstream-int8" else ""
         return (
             f"{cfg.backend}/{cfg.device}{extra} {cfg.model} batch={cfg.batch} "
             f"threads={cfg.threads} x{processes}"
@@ -407,6 +417,10 @@ def score(run: EngineRun, preds: dict[str, list[TextLine]], samples: Sequence[Sa
 def available(engine: str) -> bool:
     if engine == "ocrstream":
         return True
+    if engine == "ocrstream-int8":
+        import importlib.util
+
+        return importlib.util.find_spec("openvino") is not None
     if engine in ("rapidocr", "faster-paddle"):
         import importlib.util
 
@@ -445,13 +459,13 @@ def machine() -> dict[str, Any]:
 
 def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
     head = (
-        f"{'engine':<13} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
+        f"{'engine':<14} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
         f"{'det':>7} {'rec':>8} {'RSS MB':>7} {'CER':>7} {'nCER':>7}"
     )
     rows = [f"== {dataset}", head, "-" * len(head)]
     for r in runs:
         if r.error:
-            rows.append(f"{r.engine:<13} {r.setup:<48} error: {r.error}")
+            rows.append(f"{r.engine:<14} {r.setup:<48} error: {r.error}")
             continue
         ms = r.stage_ms
 
@@ -461,18 +475,21 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
         cer = f"{r.cer_raw:.4f}" if r.cer_raw is not None else "-"
         ncer = f"{r.cer_norm:.4f}" if r.cer_norm is not None else "-"
         rows.append(
-            f"{r.engine:<13} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
+            f"{r.engine:<14} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
             f"{cell('decode'):>7} {cell('det'):>7} {cell('rec'):>8} "
             f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}"
         )
-    ours = next((r for r in runs if r.engine == "ocrstream" and not r.error), None)
-    for other in runs:
-        if ours is None or other is ours or other.error or other.pages_per_s == 0:
-            continue
-        line = f"ocrstream / {other.engine}: {ours.pages_per_s / other.pages_per_s:.2f}x pages/s"
-        if ours.cer_norm is not None and other.cer_norm is not None:
-            line += f", normalised CER {ours.cer_norm - other.cer_norm:+.4f}"
-        rows.append(line)
+    for name in ("ocrstream", "ocrstream-int8"):
+        ours = next((r for r in runs if r.engine == name and not r.error), None)
+        for other in runs:
+            if ours is None or other.engine in (name, "ocrstream-int8") or other.error:
+                continue
+            if other.pages_per_s == 0:
+                continue
+            line = f"{name} / {other.engine}: {ours.pages_per_s / other.pages_per_s:.2f}x pages/s"
+            if ours.cer_norm is not None and other.cer_norm is not None:
+                line += f", normalised CER {ours.cer_norm - other.cer_norm:+.4f}"
+            rows.append(line)
     rows.append("stage columns: ms per page (sums of batch shares); CER: raw, nCER: normalised")
     return "\n".join(rows)
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -128,27 +129,37 @@ class OcrEngine:
         )
         self.min_confidence = settings.min_confidence
         h = self.rec_params.height
-        self._det = self._load(
-            self.models.det_path,
-            "det",
-            min_shape=(1, 3, 32, 32),
-            opt_shape=(settings.det_batch_size, 3, 1280, 960),
-            max_shape=(settings.det_batch_size, 3, 4096, 4096),
-        )
         rec_path, self._rec_classes = self.models.rec_path, 0
         cpu = self._backend.name in CPU_BACKENDS
         if cpu:
             compact = ctc_best_model(self.models.rec_path, settings.engine_cache_dir)
             if compact is not None:
                 rec_path, self._rec_classes = compact
-        self._rec = self._load(
-            rec_path,
-            "rec",
+        det_options = session_options(
+            settings,
+            min_shape=(1, 3, 32, 32),
+            opt_shape=(settings.det_batch_size, 3, 1280, 960),
+            max_shape=(settings.det_batch_size, 3, 4096, 4096),
+        )
+        rec_options = session_options(
+            settings,
             min_shape=(1, 3, h, 32),
             opt_shape=(settings.rec_batch, 3, h, 640),
             max_shape=(max(1, settings.rec_batch), 3, h, self.rec_params.max_width),
             streams=REC_STREAMS if cpu else 1,
         )
+        paths = {"det": (self.models.det_path, det_options), "rec": (rec_path, rec_options)}
+        # The int8 profile: the models it quantises (kind -> OpenVINO IR in the engine cache).
+        self.int8_models: dict[str, Path] = {}
+        if settings.precision == "int8":
+            from ocrstream.processors.ocr import quantize
+
+            self.int8_models = quantize.int8_paths(
+                settings, self._backend.name, self.models.name, paths
+            )
+            paths = {k: (self.int8_models.get(k, p), o) for k, (p, o) in paths.items()}
+        self._det = self._backend.load(paths["det"][0], "det", det_options)
+        self._rec = self._backend.load(paths["rec"][0], "rec", rec_options)
         concurrency = int(getattr(self._rec, "concurrency", 1))
         self._pool = ThreadPoolExecutor(concurrency, "ocr-rec") if concurrency > 1 else None
         self._cls: InferSession | None = None
@@ -167,7 +178,8 @@ class OcrEngine:
         self._info = EngineInfo(
             backend=self._backend.name,
             model=self.models.name,
-            version=self.models.version,
+            version=self.models.version
+            + (f" int8:{'+'.join(sorted(self.int8_models))}" if self.int8_models else ""),
             device=settings.device,
         )
         log.info(

@@ -49,6 +49,7 @@ BRINGS: dict[str, frozenset[str]] = {"onnx": frozenset({"protobuf"})}
 # Modules outside the backend registry that belong to extras: the device pipeline (nvjpeg
 # decode, resize, crops in torch; its error names the torch extra).
 EXTRA_MODULES = {"ocrstream.bench.device_pipeline": "torch"}
+EXTRA_MODULES["ocrstream.processors.ocr.quantize"] = "openvino"  # the int8 profile (nncf)
 # The GPU gauges (NVML, else torch.cuda memory) of any worker on CUDA: each extra that runs a
 # backend on CUDA must bring NVML, or the gauges are missing (the gpu extra has no torch).
 GPU_METRICS = "ocrstream.streams.gpu_metrics"

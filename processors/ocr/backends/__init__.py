@@ -41,6 +41,10 @@ OpenVINO's own default on this CPU would be bf16, which was slower here (0.23 s 
 rec for 32 lines at 48×480) and changes the probabilities by ~0.05, so it runs in f32. Without
 OpenVINO, ``auto`` is onnxruntime.
 
+Precision ``int8`` (the CPU's INT8 profile, :mod:`ocrstream.processors.ocr.quantize`) runs on
+OpenVINO only: ``auto`` then means OpenVINO at any thread count, and any other backend, or a
+GPU, is a :class:`FatalError` (``bad_config``).
+
 ``auto`` on a CUDA device is TensorRT when ``tensorrt`` imports, else torch. A GPU backend that
 was asked for and cannot start raises :class:`FatalError`; nothing falls back to the CPU.
 """
@@ -72,11 +76,39 @@ _EXTRAS = {
 }
 
 
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
 def resolve(settings: OcrSettings) -> str:
     """The backend module key for the settings (``auto`` decided here, see the docstring)."""
+    key = _resolve(settings)
+    if settings.precision not in PRECISIONS:
+        raise FatalError(
+            f"unknown precision {settings.precision!r}; use one of {', '.join(PRECISIONS)}",
+            code="bad_config",
+        )
+    if settings.precision == "int8":
+        if not settings.on_cpu:
+            raise FatalError(
+                f"precision int8 runs on the CPU only, not on {settings.device!r} "
+                "(fp16 or bf16 on a GPU)",
+                code="bad_config",
+            )
+        if key != "openvino":
+            raise FatalError(
+                f"precision int8 runs on the openvino backend only, not {key} "
+                "(OCRSTREAM_OCR_BACKEND=openvino or auto; pip install 'ocrstream[openvino]')",
+                code="bad_config",
+            )
+    return key
+
+
+def _resolve(settings: OcrSettings) -> str:
     backend = OcrBackend(settings.backend)
     cuda = not settings.on_cpu
     if backend is OcrBackend.AUTO:
+        if not cuda and settings.precision == "int8" and importlib.util.find_spec("openvino"):
+            return "openvino"
         if cuda:
             return "tensorrt" if importlib.util.find_spec("tensorrt") else "torch"
         if settings.threads >= 2 and importlib.util.find_spec("openvino"):
@@ -114,7 +146,8 @@ def create(settings: OcrSettings) -> Backend:
 
 
 def session_options(settings: OcrSettings, **shape: Any) -> SessionOptions:
-    """The per-model options from the settings (CPU runs in fp32 unless bf16 is asked for)."""
+    """The per-model options from the settings (CPU runs in fp32 unless bf16 is asked for;
+    the int8 profile's quantised models run in INT8 with the rest in fp32)."""
     precision = (
         ("bf16" if settings.precision == "bf16" else "fp32")
         if settings.on_cpu

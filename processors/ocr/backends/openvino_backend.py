@@ -14,7 +14,11 @@ many threads at once: on 2 cores two rec batches side by side took ~5-10% less t
 same lines one batch after the other with both threads each. For det it was no faster (a lone
 page then waits on one thread), so det stays on LATENCY.
 
-Precision: f32 unless the settings ask for ``bf16`` explicitly. OpenVINO would pick bf16 by
+A model given as OpenVINO IR (``.xml``, already reshaped: the int8 profile's quantised models,
+:mod:`ocrstream.processors.ocr.quantize`) is compiled from that path, with the same model cache.
+
+Precision: f32 unless the settings ask for ``bf16`` explicitly (the int8 models' quantised
+layers run in INT8 whatever the hint; the rest in f32). OpenVINO would pick bf16 by
 itself on CPUs with AVX512-BF16/AMX; that is faster but changes the text now and then, and a
 backend choice must not change results behind the user's back.
 """
@@ -65,8 +69,12 @@ class OpenVinoSession:
         if streams > 1:
             config["NUM_STREAMS"] = streams
         try:
-            shape = _dynamic_shape(kind, options)
-            if options.cache_dir is not None:
+            shape = dynamic_shape(kind, options)
+            if model_path.suffix == ".xml":  # IR made for this shape range (the int8 models)
+                if options.cache_dir is not None:
+                    config["CACHE_DIR"] = str(Path(options.cache_dir) / "openvino")
+                self._compiled = core.compile_model(str(model_path), "CPU", config)
+            elif options.cache_dir is not None:
                 cache = Path(options.cache_dir) / "openvino"
                 cache.mkdir(parents=True, exist_ok=True)
                 config["CACHE_DIR"] = str(cache)
@@ -119,7 +127,7 @@ def _ir_copy(core: Any, model_path: Path, shape: Any, folder: Path) -> Path:
     return target
 
 
-def _dynamic_shape(kind: ModelKind, options: SessionOptions) -> Any:
+def dynamic_shape(kind: ModelKind, options: SessionOptions) -> Any:
     """Keep every dim dynamic but for channels (and the rec/cls height when it is fixed)."""
     import openvino as ov
 

@@ -1,0 +1,144 @@
+"""The int8 profile (``OCRSTREAM_OCR_PRECISION=int8``): where it may run, its models built once
+into the engine cache and reused by the next process, and its text against fp32's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ocrstream.errors import FatalError
+from ocrstream.processors.ocr.backends import create, resolve
+from ocrstream.processors.ocr.quantize import int8_kinds
+from ocrstream.settings import OcrSettings
+
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+HAS_NNCF = importlib.util.find_spec("nncf") is not None
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_int8_on_the_cpu_is_openvino_at_any_thread_count():
+    assert resolve(OcrSettings(precision="int8", threads=1)) == "openvino"
+    assert resolve(OcrSettings(precision="int8", threads=2, backend="openvino")) == "openvino"
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "says"),
+    [
+        ("onnxruntime", "cpu", "openvino backend only"),
+        ("torch", "cpu", "openvino backend only"),
+        ("auto", "cuda", "CPU only"),
+        ("tensorrt", "cuda", "CPU only"),
+    ],
+)
+def test_int8_elsewhere_is_a_clear_fatal_error(backend: str, device: str, says: str):
+    with pytest.raises(FatalError, match=says) as err:
+        create(OcrSettings(precision="int8", backend=backend, device=device))
+    assert err.value.code == "bad_config"
+
+
+def test_an_unknown_precision_is_a_fatal_error():
+    with pytest.raises(FatalError, match="int4") as err:
+        create(OcrSettings(precision="int4"))
+    assert err.value.code == "bad_config"
+
+
+# A process that builds (or finds) the tiny model's INT8 models in CACHE, calibrated on one
+# dev-split page of a4-en and one receipt-like page (the real calibration reads 16: minutes),
+# reads PAGE with them and prints the text and the models it loaded.
+_PROCESS = """
+import json, logging, sys
+from pathlib import Path
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+from ocrstream.processors.ocr import quantize
+from ocrstream.processors.ocr.engine import OcrEngine
+from ocrstream.settings import OcrSettings
+quantize.CALIBRATION = quantize.Calibration(devsets=("a4-en",), pages=1, receipts=1, max_det=2,
+                                               max_rec=8)
+settings = OcrSettings(model="ppocrv6-tiny", threads=2, precision="int8",
+                       engine_cache_dir=Path(sys.argv[1]))
+engine = OcrEngine(settings)
+page = engine.recognize([Path(sys.argv[2]).read_bytes()])[0]
+engine.close()
+print(json.dumps({"text": [ln.text for ln in page.lines], "version": engine.info.version,
+                  "models": {k: str(v) for k, v in engine.int8_models.items()}}))
+"""
+
+
+def _run(cache: Path, page: Path) -> tuple[dict[str, object], str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROCESS, str(cache), str(page)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (HAS_OPENVINO and HAS_NNCF), reason="needs openvino and nncf")
+def test_int8_models_are_built_once_reused_by_the_next_process_and_read_like_fp32(tmp_path):
+    from rapidfuzz.distance import Levenshtein
+
+    from ocrstream.bench import devsets
+    from ocrstream.bench.datasets import render_a4_page
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    if devsets.requirements("a4-en"):
+        pytest.skip(f"the calibration page cannot be made here: {devsets.requirements('a4-en')}")
+    image, truth = render_a4_page(seed=7, dpi=200)  # a generated page, not a dev-set page
+    page = tmp_path / "page.png"
+    page.write_bytes(image)
+    cache = tmp_path / "cache"
+
+    first, log = _run(cache, page)
+    assert "building it now" in log
+    models = {k: Path(str(v)) for k, v in dict(first["models"]).items()}  # type: ignore[call-overload]
+    kinds = sorted(int8_kinds("ppocrv6-tiny"))  # det (rec stays fp32: docs/benchmarks.md)
+    assert sorted(models) == kinds
+    assert str(first["version"]).endswith(f" int8:{'+'.join(kinds)}")  # what results say
+    for path in models.values():
+        assert path.is_file()
+        assert path.with_suffix(".bin").is_file()
+        assert path.parent == cache / "openvino" / "int8"
+        manifest = json.loads(path.with_suffix(".json").read_text())
+        assert "devsets=a4-en split=dev pages=1" in manifest["calibration"]
+    made = {p: p.stat().st_mtime_ns for p in (cache / "openvino" / "int8").iterdir()}
+
+    second, log = _run(cache, page)
+    assert "building it now" not in log
+    assert second == first  # the same models, the same text
+    assert {p: p.stat().st_mtime_ns for p in (cache / "openvino" / "int8").iterdir()} == made
+
+    fp32 = OcrEngine(OcrSettings(model="ppocrv6-tiny", threads=2, precision="fp32"))
+    try:
+        reference = [ln.text for ln in fp32.recognize([image])[0].lines]
+    finally:
+        fp32.close()
+    int8 = "\n".join(list(second["text"]))  # type: ignore[call-overload]
+    fp32_text = "\n".join(reference)
+    assert len(reference) >= 0.9 * len(truth)  # the page is read (fp32 finds its lines)
+    # INT8 reads what fp32 reads, but for at most half a percent of the characters
+    assert Levenshtein.distance(int8, fp32_text) <= 0.005 * len(fp32_text)
+
+
+def test_receipt_like_calibration_pages_are_narrow_strips_the_same_for_a_seed():
+    import cv2
+    import numpy as np
+
+    from ocrstream.bench import devsets
+
+    if devsets.requirements("a4-en"):
+        pytest.skip(f"no fonts for the strips here: {devsets.requirements('a4-en')}")
+    first, again, other = (devsets.receipt_like_page(s) for s in (3, 3, 4))
+    assert first == again
+    assert first != other
+    image = cv2.imdecode(np.frombuffer(first, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape[0] > image.shape[1]  # taller than wide, like a till receipt
