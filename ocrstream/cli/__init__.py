@@ -31,6 +31,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "reprocess": ("ocrstream.cli.reprocess", "reprocess"),
     "webhooks": ("ocrstream.cli.agents", "webhooks"),
     "shadow": ("ocrstream.cli.shadow", "shadow"),
+    "engine": ("ocrstream.cli.engine", "engine"),
 }
 
 
