@@ -204,7 +204,7 @@ class OcrEngine:
             "det_params": repr(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
         }  # fmt: skip
-        return engine_fingerprint(self._backend.name, models, options)
+        return engine_fingerprint(self._info.backend, models, options)
 
     @property
     def info(self) -> EngineInfo:
