@@ -133,6 +133,18 @@ def test_a_corrupt_or_foreign_file_is_ignored_and_measured_again(
     assert json.loads(first.path.read_text())["stages"] == again.stages  # repaired
 
 
+def test_an_unwritable_cache_still_gives_a_measured_choice(tmp_path: Path, both_installed: None):
+    """A read-only engine cache (here a file where the folder should be) does not stop the
+    engine: the choice is measured and used, and kept nowhere."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a folder")
+    models = load_model_set("ppocrv6-tiny")
+    found = choice.choose(_settings(blocked), models, loader=_loader(SLOW, []))
+    assert found.measured
+    assert found.stages == {"det": "openvino", "rec": "onnxruntime"}
+    assert choice.choose(_settings(blocked), models, loader=_loader(SLOW, [])).measured
+
+
 def test_a_forced_backend_measures_nothing(tmp_path: Path, both_installed: None):
     models = load_model_set("ppocrv6-tiny")
     choice.choose(_settings(tmp_path), models, loader=_loader(SLOW, []))

@@ -100,7 +100,11 @@ def cpu_identity() -> tuple[str, str]:
 
 
 def _version(module: str) -> str:
-    for dist in importlib.metadata.packages_distributions().get(module, [module]):
+    """The installed version of the distribution that provides ``module`` (looked up by the
+    module's own name first: scanning every distribution costs ~0.1 s of start-up)."""
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        return importlib.metadata.version(module)
+    for dist in importlib.metadata.packages_distributions().get(module, []):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return importlib.metadata.version(dist)
     return "unknown"
@@ -169,12 +173,20 @@ def _write(choice: Choice, key: str) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as f:
+def _locked(path: Path) -> Iterator[bool]:
+    """Hold the lock of ``path``'s key; yields False (no lock) where the cache is not
+    writable: the choice is then measured by every process and kept by none."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+    except OSError as e:
+        log.warning("auto backend: cannot keep the choice in %s (%s)", path.parent, e)
+        yield False
+        return
+    with f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
-            yield
+            yield True
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
@@ -191,8 +203,8 @@ def choose(
     fields = machine(settings, models, candidates)
     key = cache_key(fields)
     path = cache_path(settings.engine_cache_dir, key)
-    with _locked(path):
-        if not remeasure:
+    with _locked(path) as writable:
+        if not remeasure and writable:
             cached = read_cached(path, key, candidates)
             if cached is not None:
                 log.debug("auto backend from %s: %s", path, cached.stages)
@@ -203,7 +215,11 @@ def choose(
         took = time.perf_counter() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path)
-        _write(choice, key)
+        if writable:
+            try:
+                _write(choice, key)
+            except OSError as e:
+                log.warning("auto backend: cannot write %s (%s)", path, e)
     log.info(
         "auto backend measured in %.1f s on %s, %d threads: det %s (%s), rec %s (%s); kept in %s",
         took, fields["cpu"], fields["threads"], stages["det"], _times(seconds["det"]),
