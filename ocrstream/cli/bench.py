@@ -28,6 +28,8 @@ class _BenchGroup(click.Group):
         # the HTTP API's load and memory measurement (ocrstream/bench/api.py)
         "api": ("ocrstream.bench.api", "api"),
         "cache": ("ocrstream.bench.cache", "cache"),
+        # per CPU backend, stage and thread count (ocrstream/bench/stages.py)
+        "stages": ("ocrstream.bench.stages", "stages"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

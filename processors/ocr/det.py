@@ -9,10 +9,10 @@ needs. The snapped shape is a function
 of the page alone, and only pages of the same shape share a batch: a page's input tensor, and
 so its boxes, are the same alone or in a batch (no padding from neighbours).
 
-Post-processing follows PaddleOCR's DBPostProcess: threshold the probability map, dilate with a
-2×2 kernel, find contours, take each contour's minimum-area rectangle, score it by the mean
-probability inside it, grow it back (the network predicts shrunk kernels) with a polygon offset,
-and scale it to page pixels.
+Post-processing follows PaddleOCR's DBPostProcess: threshold the probability map (dilated by a
+2×2 kernel only with ``DetParams.dilate``, off: see docs/benchmarks.md), find contours, take
+each contour's minimum-area rectangle, score it by the mean probability inside it, grow it back
+(the network predicts shrunk kernels) with a polygon offset, and scale it to page pixels.
 """
 
 from __future__ import annotations

@@ -44,7 +44,13 @@ from ocrstream.processors.layout.table_grid import GridCell, grid_from_structure
 from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureModel
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
-from ocrstream.processors.ocr.backends import create, session_options
+from ocrstream.processors.ocr.backends import (
+    REC_STREAMS,
+    create_stages,
+    det_options,
+    rec_options,
+    session_options,
+)
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
 from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest, load_model_set
@@ -69,7 +75,6 @@ CLS_SHAPE = (48, 192)
 # Backends that run on the CPU here: their rec model gets the compact CTC head
 # (models.ctc_best_model) and two streams of rec batches side by side.
 CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
-REC_STREAMS = 2
 CLS_THRESH = 0.9
 TABLE_MARGIN = 8  # pixels around a table region in its crop for the table model
 REGION_MARGIN = 8  # pixels added around a key-field region's crop (edge pixels repeated)
@@ -116,7 +121,12 @@ class OcrEngine:
     ) -> None:
         self.settings = settings = settings or OcrSettings()
         self.models = models or load_model_set(settings.model, settings.model_dir)
-        self._backend = backend or create(settings)
+        # det (and cls, orientation, layout) on one backend, rec on another when ``auto``
+        # measured that faster on this machine (backends.choice).
+        stages = (
+            {"det": backend, "rec": backend} if backend else create_stages(settings, self.models)
+        )
+        self._backend, self._rec_backend = stages["det"], stages["rec"]
         self.det_params = det_params or det_mod.DetParams(
             limit_side=settings.det_limit_side,
             line_height=settings.det_line_height,
@@ -128,27 +138,15 @@ class OcrEngine:
             height=settings.rec_height, max_batch_width=settings.rec_batch_pixels
         )
         self.min_confidence = settings.min_confidence
-        h = self.rec_params.height
         rec_path, self._rec_classes = self.models.rec_path, 0
-        cpu = self._backend.name in CPU_BACKENDS
+        cpu = self._rec_backend.name in CPU_BACKENDS
         if cpu:
             compact = ctc_best_model(self.models.rec_path, settings.engine_cache_dir)
             if compact is not None:
                 rec_path, self._rec_classes = compact
-        det_options = session_options(
-            settings,
-            min_shape=(1, 3, 32, 32),
-            opt_shape=(settings.det_batch_size, 3, 1280, 960),
-            max_shape=(settings.det_batch_size, 3, 4096, 4096),
-        )
-        rec_options = session_options(
-            settings,
-            min_shape=(1, 3, h, 32),
-            opt_shape=(settings.rec_batch, 3, h, 640),
-            max_shape=(max(1, settings.rec_batch), 3, h, self.rec_params.max_width),
-            streams=REC_STREAMS if cpu else 1,
-        )
-        paths = {"det": (self.models.det_path, det_options), "rec": (rec_path, rec_options)}
+        det_opts = det_options(settings)
+        rec_opts = rec_options(settings, self.rec_params, REC_STREAMS if cpu else 1)
+        paths = {"det": (self.models.det_path, det_opts), "rec": (rec_path, rec_opts)}
         # The int8 profile: the models it quantises (kind -> OpenVINO IR in the engine cache).
         self.int8_models: dict[str, Path] = {}
         if settings.precision == "int8":
@@ -158,8 +156,8 @@ class OcrEngine:
                 settings, self._backend.name, self.models.name, paths
             )
             paths = {k: (self.int8_models.get(k, p), o) for k, (p, o) in paths.items()}
-        self._det = self._backend.load(paths["det"][0], "det", det_options)
-        self._rec = self._backend.load(paths["rec"][0], "rec", rec_options)
+        self._det = self._backend.load(paths["det"][0], "det", det_opts)
+        self._rec = self._rec_backend.load(paths["rec"][0], "rec", rec_opts)
         concurrency = int(getattr(self._rec, "concurrency", 1))
         self._pool = ThreadPoolExecutor(concurrency, "ocr-rec") if concurrency > 1 else None
         self._cls: InferSession | None = None
@@ -175,8 +173,9 @@ class OcrEngine:
         self._tables: TableStructureModel | None = None
         self._fingerprint_models: dict[str, str] | None = None
         self._lock = threading.Lock()
+        names = dict.fromkeys((self._backend.name, self._rec_backend.name))
         self._info = EngineInfo(
-            backend=self._backend.name,
+            backend="+".join(names),  # "openvino", or det's + rec's: "openvino+onnxruntime"
             model=self.models.name,
             version=self.models.version
             + (f" int8:{'+'.join(sorted(self.int8_models))}" if self.int8_models else ""),
@@ -218,7 +217,7 @@ class OcrEngine:
             "det_params": repr(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
         }  # fmt: skip
-        return engine_fingerprint(self._backend.name, models, options)
+        return engine_fingerprint(self._info.backend, models, options)
 
     @property
     def info(self) -> EngineInfo:

@@ -87,7 +87,9 @@ def test_blank_undecodable_and_oversized_pages(ocr_engine: OcrEngine, scanned: b
 def test_engine_info(ocr_engine: OcrEngine):
     info = ocr_engine.info
     assert info.model == "ppocrv6-small"
-    assert info.backend in ("openvino", "onnxruntime")
+    # auto on the CPU: one backend, or det's + rec's when they measured faster on different ones
+    cpu = ("openvino", "onnxruntime")
+    assert info.backend in {*cpu, *(f"{a}+{b}" for a in cpu for b in cpu if a != b)}
     assert "det:090f04ab" in info.version
 
 

@@ -13,10 +13,13 @@ paddle, cpu or cuda       ``paddle_backend``                         ``PaddleBac
 
 Each class takes no constructor arguments and implements :class:`base.Backend`.
 
-``auto`` on CPU is OpenVINO when it is installed and the engine has two threads or more, and
-onnxruntime for a single-threaded engine (the fast profile: one process per core). On 300-DPI
-A4 pages, quiet 2-core Xeon (AVX-512, no AMX), pages/s over 10 pages (``ocrstream bench
-engine --synthetic-a4 10 --backend B --model M --threads T --processes P``):
+``auto`` on CPU follows a measurement made on the machine, per stage (:mod:`.choice`): the
+first engine to start there times det and rec on each installed CPU backend (OpenVINO,
+onnxruntime) and keeps the faster for each stage in the engine cache; later processes reuse
+it, ``ocrstream engine calibrate`` measures again. With one CPU backend installed, ``auto`` is
+that one. What such measurements found (docs/benchmarks.md, "Engine (CPU)"): on 300-DPI A4
+pages, quiet 2-core Xeon (AVX-512, no AMX), pages/s over 10 pages (``ocrstream bench engine
+--synthetic-a4 10 --backend B --model M --threads T --processes P``):
 
 ==========================  =================  =================
 model, threads × processes  OpenVINO           onnxruntime
@@ -27,19 +30,11 @@ v6 tiny, 2 × 1              0.82               0.85
 v6 tiny, 1 × 2              0.59               **1.34**
 ==========================  =================  =================
 
-OpenVINO's det is ~3x faster at any thread count, but its rec on one thread is 2-3x slower than
-onnxruntime's. Earlier measurements, PP-OCRv6 small, 2 threads, fp32 (other jobs were running,
-so read the ratios, not the absolute times):
+There OpenVINO's det was ~3x faster at any thread count, but its rec on one thread 2-3x slower
+than onnxruntime's: which is why the choice is made per stage, and per machine.
 
-- det, one 1280×896 page: OpenVINO 0.16 s, onnxruntime 0.64 s (~4x in two runs);
-- rec, 16 lines at 48×960, best of 5 interleaved: OpenVINO 0.54 s (0.49 s as two streams),
-  onnxruntime 0.65 s (0.58 s as two streams); at 48×320: 0.16 s against 0.27 s;
-- whole A4 pages at 300 DPI through the engine: OpenVINO 3.2-3.5 s/page, onnxruntime
-  4.3-5.7 s/page (RapidOCR 3.10 with the same models and threads: 5.3 s/page).
-
-OpenVINO's own default on this CPU would be bf16, which was slower here (0.23 s det, 0.82 s
-rec for 32 lines at 48×480) and changes the probabilities by ~0.05, so it runs in f32. Without
-OpenVINO, ``auto`` is onnxruntime.
+OpenVINO's own default on that CPU would be bf16, which was slower there (0.23 s det, 0.82 s
+rec for 32 lines at 48×480) and changes the probabilities by ~0.05, so it runs in f32.
 
 Precision ``int8`` (the CPU's INT8 profile, :mod:`ocrstream.processors.ocr.quantize`) runs on
 OpenVINO only: ``auto`` then means OpenVINO at any thread count, and any other backend, or a
@@ -53,11 +48,21 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends.base import Backend, SessionOptions
 from ocrstream.settings import OcrBackend, OcrSettings
+
+if TYPE_CHECKING:
+    from ocrstream.processors.ocr.models import ModelSet
+    from ocrstream.processors.ocr.rec import RecParams
+
+# What resolve() answers for ``auto`` on the CPU with several CPU backends installed: the
+# backend of each stage is then measured (:func:`create_stages`).
+AUTO_CPU = "auto"
+# Rec on the CPU runs as this many batches side by side (the engine's rec thread pool).
+REC_STREAMS = 2
 
 _MODULES: dict[str, tuple[str, str]] = {
     "onnxruntime": ("onnxruntime_backend", "OnnxRuntimeBackend"),
@@ -80,7 +85,9 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
 def resolve(settings: OcrSettings) -> str:
-    """The backend module key for the settings (``auto`` decided here, see the docstring)."""
+    """The backend module key for the settings, or :data:`AUTO_CPU` when ``auto`` on the CPU
+    has more than one backend to choose from (:func:`create_stages` measures them); the int8
+    profile is OpenVINO's, never measured."""
     key = _resolve(settings)
     if settings.precision not in PRECISIONS:
         raise FatalError(
@@ -111,9 +118,10 @@ def _resolve(settings: OcrSettings) -> str:
             return "openvino"
         if cuda:
             return "tensorrt" if importlib.util.find_spec("tensorrt") else "torch"
-        if settings.threads >= 2 and importlib.util.find_spec("openvino"):
-            return "openvino"
-        return "onnxruntime"
+        from ocrstream.processors.ocr.backends.choice import installed
+
+        candidates = installed()
+        return AUTO_CPU if len(candidates) > 1 else "onnxruntime"
     if backend is OcrBackend.ONNXRUNTIME:
         return "ort_gpu" if cuda else "onnxruntime"
     if backend in (OcrBackend.OPENVINO, OcrBackend.TENSORRT) and (
@@ -126,9 +134,31 @@ def _resolve(settings: OcrSettings) -> str:
     return backend.value
 
 
-def create(settings: OcrSettings) -> Backend:
-    """Import and construct the backend the settings ask for."""
+def create(settings: OcrSettings, models: ModelSet | None = None) -> Backend:
+    """Import and construct the backend the settings ask for (``auto`` on the CPU: det's, as
+    measured for the settings' model set; see :func:`create_stages`)."""
+    return create_stages(settings, models)["det"]
+
+
+def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict[str, Backend]:
+    """The backend for each stage, ``det`` (also cls, orientation and layout) and ``rec``: the
+    one the settings name, or for ``auto`` on the CPU the ones measured fastest on this
+    machine (:func:`.choice.choose`, kept in the engine cache after the first time)."""
     key = resolve(settings)
+    if key != AUTO_CPU:
+        backend = create_key(key)
+        return {"det": backend, "rec": backend}
+    from ocrstream.processors.ocr.backends.choice import choose
+    from ocrstream.processors.ocr.models import load_model_set
+
+    models = models or load_model_set(settings.model, settings.model_dir)
+    stages = choose(settings, models).stages
+    made = {key: create_key(key) for key in set(stages.values())}
+    return {stage: made[key] for stage, key in stages.items()}
+
+
+def create_key(key: str) -> Backend:
+    """Import and construct one backend by its module key (see the table above)."""
     module_name, class_name = _MODULES[key]
     try:
         module = importlib.import_module(f"{__name__}.{module_name}")
@@ -159,4 +189,32 @@ def session_options(settings: OcrSettings, **shape: Any) -> SessionOptions:
         precision=precision,
         cache_dir=settings.engine_cache_dir,
         **shape,
+    )
+
+
+def det_options(settings: OcrSettings) -> SessionOptions:
+    """The options the engine loads det with (any page size up to 4096 px a side)."""
+    n = settings.det_batch_size
+    return session_options(
+        settings,
+        min_shape=(1, 3, 32, 32),
+        opt_shape=(n, 3, 1280, 960),
+        max_shape=(n, 3, 4096, 4096),
+    )
+
+
+def rec_options(
+    settings: OcrSettings, params: RecParams | None = None, streams: int = REC_STREAMS
+) -> SessionOptions:
+    """The options the engine loads rec with (on the CPU backends, :data:`REC_STREAMS`)."""
+    from ocrstream.processors.ocr.rec import RecParams
+
+    params = params or RecParams(height=settings.rec_height)
+    h, n, width = params.height, max(1, settings.rec_batch), params.max_width
+    return session_options(
+        settings,
+        min_shape=(1, 3, h, 32),
+        opt_shape=(settings.rec_batch, 3, h, 640),
+        max_shape=(n, 3, h, width),
+        streams=streams,
     )

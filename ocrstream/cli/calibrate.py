@@ -1,0 +1,48 @@
+"""``ocrstream engine calibrate``: measure again which CPU backend ``auto`` takes for det and
+rec on this machine (:mod:`ocrstream.processors.ocr.backends.choice`), keep the result in the
+engine cache for the next engines, and print the times. (A command of the ``engine`` group,
+:mod:`ocrstream.cli.engine`.)"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ocrstream.errors import OcrstreamError
+from ocrstream.settings import OcrBackend, OcrSettings
+
+
+@click.command("calibrate")
+@click.option("--model", default=None, help="Model set [OCRSTREAM_OCR_MODEL].")
+@click.option("--threads", type=int, default=None, help="Engine threads [OCRSTREAM_OCR_THREADS].")
+def calibrate(model: str | None, threads: int | None) -> None:
+    """Time det and rec on each installed CPU backend and keep the faster per stage for
+    ``auto`` (engines started later on this machine with the same threads and models)."""
+    from ocrstream.processors.ocr.backends.choice import choose, installed
+    from ocrstream.processors.ocr.models import load_model_set
+
+    update = {k: v for k, v in {"model": model, "threads": threads}.items() if v is not None}
+    settings = OcrSettings().model_copy(update=update)
+    if not settings.on_cpu:
+        raise click.UsageError(f"auto is measured on the CPU only, not on {settings.device!r}")
+    candidates = installed()
+    if len(candidates) < 2:
+        click.echo(f"only {', '.join(candidates) or 'no CPU backend'} installed: nothing to choose")
+        return
+    try:
+        found = choose(settings, load_model_set(settings.model, settings.model_dir), remeasure=True)
+    except OcrstreamError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    m = found.machine
+    versions = ", ".join(f"{k} {v}" for k, v in m["backends"].items())
+    click.echo(f"CPU {m['cpu']} ({m['arch']}), {m['threads']} threads; {versions}")
+    click.echo(f"model {settings.model}, generated input; best of the timed runs, ms")
+    click.echo("stage  " + "".join(f"{k:>13}" for k in candidates) + "  auto")
+    for stage, chosen in found.stages.items():
+        times = "".join(f"{found.seconds[stage][k] * 1000:>13.0f}" for k in candidates)
+        click.echo(f"{stage:<7}{times}  {chosen}")
+    click.echo(f"measured in {found.took_s:.1f} s; kept in {found.path}")
+    if OcrBackend(settings.backend) is not OcrBackend.AUTO:
+        click.echo(f"note: OCRSTREAM_OCR_BACKEND={settings.backend.value} overrides this choice")

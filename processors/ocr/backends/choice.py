@@ -1,0 +1,284 @@
+"""``auto`` on the CPU: per stage, the backend that measured fastest on this machine.
+
+Which CPU backend is faster depends on the CPU, the thread count, the runtimes' versions and
+the model, and not the same way for det and rec (on a 2-vCPU Xeon OpenVINO's det was ~3x
+onnxruntime's at any thread count while its rec on one thread was 2-3x slower). So ``auto``
+follows a measurement, never a fixed rule: the first time an engine starts on a machine,
+each installed CPU backend (OpenVINO, onnxruntime) loads det and rec with the options the
+engine uses and runs a small generated input (:data:`DET_INPUT`; :data:`REC_LINES` lines of
+:data:`REC_WIDTH` px, split over the rec streams as the engine runs them), warmed up once,
+then :data:`ROUNDS` rounds with the backends' order alternating, best time kept. Each stage
+takes the faster backend; the engine loads det (and cls, orientation, layout) on det's and
+rec on rec's.
+
+The choice is kept in ``engine_cache_dir/auto-backend/<key>.json``, the key being the SHA-256
+of what the result depends on (:func:`machine`: the CPU's model name and flags, the
+architecture, the thread count, the backends' versions, the det and rec files' SHA-256, the rec
+height). Later processes read it and measure nothing. A file that cannot be read, is not of
+this format, names another key or a backend not installed is ignored (logged) and measured
+again. ``ocrstream engine calibrate`` measures again on demand. A lock file makes processes
+that start together on a new machine measure once, one after the other, instead of side by
+side (which would skew both measurements).
+
+``OCRSTREAM_OCR_BACKEND=openvino|onnxruntime`` forces a backend: nothing is measured then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ocrstream.processors.ocr.backends.base import InferSession
+from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest
+from ocrstream.settings import OcrSettings
+
+log = logging.getLogger(__name__)
+
+CANDIDATES = ("openvino", "onnxruntime")
+STAGES = ("det", "rec")
+FORMAT = 1
+DET_INPUT = (1, 3, 512, 384)  # a page's worth of det input, scaled down to keep this short
+REC_LINES = 8
+REC_WIDTH = 384
+ROUNDS = 2
+FOLDER = "auto-backend"
+
+Loader = Callable[[str, str], InferSession]  # (backend key, stage) -> a loaded session
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """The backend for each stage, the times it was chosen by and where it is kept."""
+
+    stages: dict[str, str]  # stage -> backend key
+    seconds: dict[str, dict[str, float]]  # stage -> backend key -> best time of the input
+    machine: dict[str, Any]
+    measured: bool  # True: measured by this process; False: read from the cache
+    took_s: float  # how long the measurement took (0 when read from the cache)
+    path: Path
+
+
+def installed() -> tuple[str, ...]:
+    """The CPU backends ``auto`` chooses among: those installed, in :data:`CANDIDATES`."""
+    return tuple(k for k in CANDIDATES if importlib.util.find_spec(k) is not None)
+
+
+def cpu_identity() -> tuple[str, str]:
+    """The CPU's model name and a digest of its flags (``/proc/cpuinfo``, else ``platform``)."""
+    name, flags = "", ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                field, _, value = line.partition(":")
+                field = field.strip()
+                if field == "model name" and not name:
+                    name = value.strip()
+                elif field in ("flags", "Features") and not flags:
+                    flags = " ".join(sorted(value.split()))
+                if name and flags:
+                    break
+    except OSError:
+        pass
+    name = name or platform.processor() or platform.machine()
+    return name, hashlib.sha256(flags.encode()).hexdigest()[:16]
+
+
+def _version(module: str) -> str:
+    """The installed version of the distribution that provides ``module`` (looked up by the
+    module's own name first: scanning every distribution costs ~0.1 s of start-up)."""
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        return importlib.metadata.version(module)
+    for dist in importlib.metadata.packages_distributions().get(module, []):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(dist)
+    return "unknown"
+
+
+def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]) -> dict[str, Any]:
+    """Everything the measured choice depends on (its cache key is this, hashed)."""
+    cpu, flags = cpu_identity()
+    return {
+        "cpu": cpu,
+        "cpu_flags": flags,
+        "arch": platform.machine(),
+        "threads": max(1, settings.threads),
+        "backends": {k: _version(k) for k in candidates},
+        "models": {"det": file_digest(models.det_path), "rec": file_digest(models.rec_path)},
+        "rec_height": settings.rec_height,
+    }
+
+
+def cache_key(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def cache_path(cache_dir: Path, key: str) -> Path:
+    return Path(cache_dir) / FOLDER / f"{key[:24]}.json"
+
+
+def read_cached(path: Path, key: str, candidates: tuple[str, ...]) -> Choice | None:
+    """The choice kept at ``path`` if it is whole, of this format and for this key."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        log.warning("auto backend: ignoring unreadable %s (%s); measuring again", path, e)
+        return None
+    try:
+        if data["format"] != FORMAT or data["key"] != key:
+            raise ValueError("written for another machine, model or format")
+        stages = {stage: str(data["stages"][stage]) for stage in STAGES}
+        if not set(stages.values()) <= set(candidates):
+            raise ValueError(f"names a backend not installed: {stages}")
+        seconds = {
+            stage: {str(k): float(v) for k, v in data["seconds"][stage].items()} for stage in STAGES
+        }
+        fields = dict(data["machine"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        log.warning("auto backend: ignoring %s (%s); measuring again", path, e)
+        return None
+    return Choice(stages, seconds, fields, measured=False, took_s=0.0, path=path)
+
+
+def _write(choice: Choice, key: str) -> None:
+    data = {
+        "format": FORMAT,
+        "key": key,
+        "stages": choice.stages,
+        "seconds": choice.seconds,
+        "machine": choice.machine,
+        "took_s": round(choice.took_s, 3),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    tmp = choice.path.with_name(f".{choice.path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(choice.path)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[bool]:
+    """Hold the lock of ``path``'s key; yields False (no lock) where the cache is not
+    writable: the choice is then measured by every process and kept by none."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+    except OSError as e:
+        log.warning("auto backend: cannot keep the choice in %s (%s)", path.parent, e)
+        yield False
+        return
+    with f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield True
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def choose(
+    settings: OcrSettings,
+    models: ModelSet,
+    *,
+    remeasure: bool = False,
+    loader: Loader | None = None,
+) -> Choice:
+    """The backend per stage for these settings and models: kept, else measured and kept."""
+    candidates = installed()
+    fields = machine(settings, models, candidates)
+    key = cache_key(fields)
+    path = cache_path(settings.engine_cache_dir, key)
+    with _locked(path) as writable:
+        if not remeasure and writable:
+            cached = read_cached(path, key, candidates)
+            if cached is not None:
+                log.debug("auto backend from %s: %s", path, cached.stages)
+                return cached
+        start = time.perf_counter()
+        load = loader or default_loader(settings, models)
+        seconds = measure(candidates, load, settings.rec_height)
+        took = time.perf_counter() - start
+        stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
+        choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path)
+        if writable:
+            try:
+                _write(choice, key)
+            except OSError as e:
+                log.warning("auto backend: cannot write %s (%s)", path, e)
+    log.info(
+        "auto backend measured in %.1f s on %s, %d threads: det %s (%s), rec %s (%s); kept in %s",
+        took, fields["cpu"], fields["threads"], stages["det"], _times(seconds["det"]),
+        stages["rec"], _times(seconds["rec"]), path,
+    )  # fmt: skip
+    return choice
+
+
+def _times(seconds: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in seconds.items())
+
+
+def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
+    """Load det and rec as the engine does (same shapes, streams and compact CTC head)."""
+    from ocrstream.processors.ocr.backends import create_key, det_options, rec_options
+
+    rec_path = models.rec_path
+    compact = ctc_best_model(models.rec_path, settings.engine_cache_dir)
+    if compact is not None:
+        rec_path = compact[0]
+
+    def load(key: str, stage: str) -> InferSession:
+        backend = create_key(key)
+        if stage == "det":
+            return backend.load(models.det_path, "det", det_options(settings))
+        return backend.load(rec_path, "rec", rec_options(settings))
+
+    return load
+
+
+def measure(
+    candidates: tuple[str, ...], load: Loader, rec_height: int = 48
+) -> dict[str, dict[str, float]]:
+    """Best time per stage and backend on the generated input (see the module docstring)."""
+    rng = np.random.default_rng(0)
+    det_x = rng.uniform(-1, 1, DET_INPUT).astype(np.float32)
+    sessions = {(k, stage): load(k, stage) for k in candidates for stage in STAGES}
+    rec_x = rng.uniform(-1, 1, (REC_LINES, 3, rec_height, REC_WIDTH)).astype(np.float32)
+    inputs = {"det": det_x, "rec": rec_x}
+    best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
+    for stage in STAGES:
+        for k in candidates:
+            _run(sessions[(k, stage)], inputs[stage])  # warm-up: first-shape compilation
+        for n in range(ROUNDS):
+            order = candidates if n % 2 == 0 else candidates[::-1]
+            for k in order:
+                start = time.perf_counter()
+                _run(sessions[(k, stage)], inputs[stage])
+                took = time.perf_counter() - start
+                best[stage][k] = min(best[stage].get(k, took), took)
+    return {stage: {k: round(best[stage][k], 4) for k in candidates} for stage in STAGES}
+
+
+def _run(session: InferSession, x: npt.NDArray[np.float32]) -> None:
+    """One run of ``x``, split over the session's concurrent requests as the engine does."""
+    n = max(1, min(int(getattr(session, "concurrency", 1)), x.shape[0]))
+    if n == 1:
+        session.run(x)
+        return
+    parts = np.array_split(x, n)
+    with ThreadPoolExecutor(n) as pool:
+        list(pool.map(session.run, parts))

@@ -1,0 +1,230 @@
+"""``auto`` on the CPU follows a measurement per machine and stage, kept in the engine cache."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ocrstream.processors.ocr.backends import choice, create_stages, resolve
+from ocrstream.processors.ocr.models import load_model_set
+from ocrstream.settings import OcrSettings
+from tests.fakes.engines import cer, render_text_page
+
+HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
+needs_both = pytest.mark.skipif(
+    not HAS_OPENVINO, reason="auto chooses only when OpenVINO and onnxruntime are installed"
+)
+
+
+class _Timed:
+    """A session that takes ``delay_s`` per run (how slow a backend is on this fake CPU)."""
+
+    backend = "fake"
+    device = "cpu"
+    concurrency = 1
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.runs = 0
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        self.runs += 1
+        time.sleep(self.delay_s)
+        return batch
+
+
+def _loader(slow: dict[tuple[str, str], float], made: list[_Timed]):  # type: ignore[no-untyped-def]
+    def load(key: str, stage: str) -> _Timed:
+        session = _Timed(slow.get((key, stage), 0.0))
+        made.append(session)
+        return session
+
+    return load
+
+
+# OpenVINO's det fast and its rec slow: the choice is per stage.
+SLOW = {("openvino", "rec"): 0.08, ("onnxruntime", "det"): 0.08}
+
+
+@pytest.fixture
+def both_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(choice, "installed", lambda: ("openvino", "onnxruntime"))
+
+
+def _settings(tmp_path: Path, **kw: object) -> OcrSettings:
+    values: dict[str, object] = {"model": "ppocrv6-tiny", "threads": 1, **kw}
+    return OcrSettings(engine_cache_dir=tmp_path, **values)  # type: ignore[arg-type]
+
+
+def test_each_stage_takes_the_backend_measured_faster(tmp_path: Path, both_installed: None):
+    settings = _settings(tmp_path)
+    made: list[_Timed] = []
+    found = choice.choose(settings, load_model_set("ppocrv6-tiny"), loader=_loader(SLOW, made))
+    assert found.stages == {"det": "openvino", "rec": "onnxruntime"}
+    assert found.measured
+    assert found.seconds["rec"]["openvino"] >= 0.08 > found.seconds["rec"]["onnxruntime"]
+    assert all(s.runs == 1 + choice.ROUNDS for s in made)  # warmed up, then timed
+    kept = json.loads(found.path.read_text())
+    assert kept["stages"] == found.stages
+    assert kept["machine"]["threads"] == 1
+    assert kept["machine"]["cpu"] == choice.cpu_identity()[0]
+
+
+def test_a_kept_choice_is_reused_and_a_new_thread_count_is_measured(
+    tmp_path: Path, both_installed: None
+):
+    models = load_model_set("ppocrv6-tiny")
+    first = choice.choose(_settings(tmp_path), models, loader=_loader(SLOW, []))
+    made: list[_Timed] = []
+    again = choice.choose(_settings(tmp_path), models, loader=_loader({}, made))
+    assert (again.measured, again.stages, made) == (False, first.stages, [])
+    other = choice.choose(_settings(tmp_path, threads=2), models, loader=_loader({}, made))
+    assert other.measured
+    assert other.path != first.path
+    remeasured = choice.choose(
+        _settings(tmp_path), models, remeasure=True, loader=_loader({("openvino", "det"): 0.08}, [])
+    )
+    assert remeasured.measured
+    assert remeasured.stages["det"] == "onnxruntime"
+    assert choice.choose(_settings(tmp_path), models).stages == remeasured.stages
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "",
+        json.dumps(
+            {
+                "format": 1,
+                "key": "0" * 64,
+                "stages": {"det": "openvino", "rec": "openvino"},
+                "seconds": {"det": {}, "rec": {}},
+                "machine": {},
+            }
+        ),
+        "FOREIGN_STAGES",
+    ],
+    ids=["corrupt", "empty", "foreign-key", "backend-not-installed"],
+)
+def test_a_corrupt_or_foreign_file_is_ignored_and_measured_again(
+    tmp_path: Path, both_installed: None, content: str
+):
+    models = load_model_set("ppocrv6-tiny")
+    settings = _settings(tmp_path)
+    first = choice.choose(settings, models, loader=_loader(SLOW, []))
+    if content == "FOREIGN_STAGES":  # written where tensorrt was chosen: not installed here
+        data = json.loads(first.path.read_text())
+        data["stages"] = {"det": "tensorrt", "rec": "tensorrt"}
+        content = json.dumps(data)
+    first.path.write_text(content)
+    made: list[_Timed] = []
+    again = choice.choose(settings, models, loader=_loader(SLOW, made))
+    assert again.measured
+    assert made
+    assert again.stages == {"det": "openvino", "rec": "onnxruntime"}
+    assert json.loads(first.path.read_text())["stages"] == again.stages  # repaired
+
+
+def test_an_unwritable_cache_still_gives_a_measured_choice(tmp_path: Path, both_installed: None):
+    """A read-only engine cache (here a file where the folder should be) does not stop the
+    engine: the choice is measured and used, and kept nowhere."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a folder")
+    models = load_model_set("ppocrv6-tiny")
+    found = choice.choose(_settings(blocked), models, loader=_loader(SLOW, []))
+    assert found.measured
+    assert found.stages == {"det": "openvino", "rec": "onnxruntime"}
+    assert choice.choose(_settings(blocked), models, loader=_loader(SLOW, [])).measured
+
+
+def test_a_forced_backend_measures_nothing(tmp_path: Path, both_installed: None):
+    models = load_model_set("ppocrv6-tiny")
+    choice.choose(_settings(tmp_path), models, loader=_loader(SLOW, []))
+    kept = sorted(tmp_path.rglob("*.json"))
+    for name in ("onnxruntime", "openvino") if HAS_OPENVINO else ("onnxruntime",):
+        settings = _settings(tmp_path, backend=name)
+        assert resolve(settings) == name
+        stages = create_stages(settings, models)
+        assert {b.name for b in stages.values()} == {name}
+    assert sorted(tmp_path.rglob("*.json")) == kept
+    fresh = tmp_path / "fresh"
+    create_stages(_settings(fresh, backend="onnxruntime"), models)
+    assert not (fresh / choice.FOLDER).exists()
+
+
+_PROCESS = """
+import json, logging, sys
+from pathlib import Path
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from ocrstream.processors.ocr.backends import choice
+from ocrstream.processors.ocr.engine import OcrEngine
+from ocrstream.settings import OcrSettings
+settings = OcrSettings(model="ppocrv6-tiny", threads=1, engine_cache_dir=Path(sys.argv[1]))
+engine = OcrEngine(settings)
+found = choice.choose(settings, engine.models)
+print(json.dumps({"backend": engine.info.backend, "stages": found.stages}))
+"""
+
+
+@needs_both
+def test_the_engine_measures_on_first_use_and_the_next_process_reuses_it(tmp_path: Path):
+    cmd = [sys.executable, "-c", _PROCESS, str(tmp_path)]
+    first = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    assert "auto backend measured in" in first.stderr  # says how long it took
+    (kept,) = (tmp_path / choice.FOLDER).glob("*.json")
+    written = kept.stat().st_mtime_ns
+    second = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    assert "auto backend measured" not in second.stderr
+    assert kept.stat().st_mtime_ns == written
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert a == b
+    assert b["backend"] == "+".join(dict.fromkeys((b["stages"]["det"], b["stages"]["rec"])))
+
+
+@needs_both
+def test_an_engine_with_det_and_rec_on_different_backends_reads_a_page(tmp_path: Path):
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    settings = _settings(tmp_path)
+    models = load_model_set("ppocrv6-tiny")
+    choice.choose(settings, models, loader=_loader(SLOW, []))  # det openvino, rec onnxruntime
+    engine = OcrEngine(settings)
+    assert engine.info.backend == "openvino+onnxruntime"
+    lines = ["Invoice 2024-0117 for ACME Corporation", "Total amount due: 1,234.56 USD"]
+    (page,) = engine.recognize([render_text_page(lines)])
+    assert cer(page.text, "\n".join(lines)) < 0.05, page.text
+    engine.close()
+
+
+@needs_both
+def test_engine_calibrate_measures_again_and_prints_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from click.testing import CliRunner
+
+    from ocrstream.cli import main
+
+    monkeypatch.setenv("OCRSTREAM_OCR_ENGINE_CACHE_DIR", str(tmp_path))
+    args = ["engine", "calibrate", "--model", "ppocrv6-tiny", "--threads", "1"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    rows = {line.split()[0]: line.split() for line in first.output.splitlines() if line}
+    assert rows["stage"] == ["stage", "openvino", "onnxruntime", "auto"]
+    for stage in ("det", "rec"):
+        openvino_ms, onnxruntime_ms, chosen = rows[stage][1:]
+        assert chosen in ("openvino", "onnxruntime")
+        if openvino_ms != onnxruntime_ms:  # the faster of the two printed times
+            faster = "openvino" if float(openvino_ms) < float(onnxruntime_ms) else "onnxruntime"
+            assert chosen == faster
+    settings = _settings(tmp_path)
+    kept = choice.choose(settings, load_model_set("ppocrv6-tiny"))
+    assert not kept.measured
+    assert kept.stages == {"det": rows["det"][3], "rec": rows["rec"][3]}
