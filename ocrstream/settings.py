@@ -503,6 +503,12 @@ class RoutingSettings(BaseSettings):
     max_low_fraction: float = 0.1
     min_mean_confidence: float = 0.96
     min_lines: int = 1
+    # The early rule (ocrstream.processors.page_quality), before the fast model reads a page:
+    # noisier than this (grey levels, σ) or, when set, fainter ink than this contrast: routed
+    # unread. 0 turns a measure off. EARLY_MAX_NOISE's default: measured in
+    # docs/benchmarks.md ("Early routing").
+    early_max_noise: float = 8.0
+    early_min_contrast: float = 0.0
 
 
 class AccurateOcrSettings(OcrSettings):

@@ -158,6 +158,8 @@ def routing_rule() -> Any:
         max_low_fraction=s.max_low_fraction,
         min_mean_confidence=s.min_mean_confidence,
         min_lines=s.min_lines,
+        max_noise=s.early_max_noise,
+        min_contrast=s.early_min_contrast,
     )
 
 
