@@ -28,9 +28,9 @@ from ocrstream.processors.page_quality import PageQuality
 
 @dataclass(frozen=True, slots=True)
 class RoutingRule:
-    low_confidence: float = 0.85  # a line below this is a low-confidence line
-    max_low_fraction: float = 0.05  # more low-confidence lines than this share: weak
-    min_mean_confidence: float = 0.0  # a mean confidence below this: weak (0: off)
+    low_confidence: float = 0.9  # a line below this is a low-confidence line
+    max_low_fraction: float = 0.1  # more low-confidence lines than this share: weak
+    min_mean_confidence: float = 0.96  # a mean confidence below this: weak
     min_lines: int = 1  # pages with fewer lines are never weak
     max_noise: float = 0.0  # early: a page noisier than this goes unread (0: off)
     min_contrast: float = 0.0  # early: a page with less ink contrast goes unread (0: off)
