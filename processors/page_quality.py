@@ -3,8 +3,8 @@
 Confidence routing's early rule (:meth:`~ocrstream.processors.routing.RoutingRule.weak_image`)
 uses it to send a page that the fast model would read badly straight to the accurate pool,
 instead of after the fast model has read all of it (its time on top of the accurate one's).
-Both are cheap: tens of milliseconds for an A4 page at
-200 DPI, against seconds for reading it.
+Both are cheap: tens of milliseconds
+for an A4 page at 200 DPI, against seconds for reading it.
 
 - ``noise``: the standard deviation of the page's pixel noise in grey levels, after
   Immerkær ("Fast noise variance estimation", 1996): the response to a 3×3 kernel that cancels
@@ -15,8 +15,9 @@ Both are cheap: tens of milliseconds for an A4 page at
 - ``contrast``: how much darker the ink is than the paper, in grey levels: the median (the
   paper, on a page that is mostly paper) minus the 2nd percentile (the darkest print), on the
   page halved in each direction (area averaging, which averages most noise away). Faded ink on
-  grey paper reads 45–65; clean print and receipts 100 and more. A page with little print (under
-  2% ink) also reads low, which is why the early rule leaves contrast off by default.
+  grey paper reads 38–65, clean A4 print 138 and more; but receipts read anywhere from 9 to 225
+  (pale paper, sparse print: with under 2% ink the percentile is paper), which is why the early
+  rule leaves contrast off by default (docs/benchmarks.md, "Early routing").
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ STRIP, EVERY = 32, 128  # rows measured for the noise: strips of 32 in every 128
 
 @dataclass(frozen=True, slots=True)
 class PageQuality:
-    noise: float  # σ of the pixel noise, grey levels (of the halved page)
+    noise: float  # σ of the pixel noise, grey levels
     contrast: float  # paper minus ink, grey levels
 
 
