@@ -510,6 +510,11 @@ class RoutingSettings(BaseSettings):
     # docs/benchmarks.md ("Early routing").
     early_max_noise: float = 8.0
     early_min_contrast: float = 0.0
+    # Line rescue (ocrstream.processors.ocr.rescue), in primary workers: the fast engine's lines
+    # under RESCUE_BELOW re-read by this model set's recogniser, the more confident reading
+    # kept, before the late rule. Empty: off (docs/benchmarks.md, "Confidence routing").
+    rescue_model: str = ""
+    rescue_below: float = 0.9
 
 
 class AccurateOcrSettings(OcrSettings):

@@ -80,6 +80,7 @@ def mixed_set(a4: int, degraded: int, receipts: int, sroie: Path, dpi: int, *,
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from ocrstream.processors.imageio import decode_image
     from ocrstream.processors.ocr.engine import OcrEngine
+    from ocrstream.processors.ocr.rescue import LineRescue
     from ocrstream.processors.page_quality import measure
     from ocrstream.processors.routing import RoutingRule
     from ocrstream.settings import AccurateOcrSettings, OcrSettings, RoutingSettings
@@ -87,6 +88,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     threads = args.threads
     small = OcrEngine(OcrSettings(model="ppocrv6-small", threads=threads))
     tiny = OcrEngine(OcrSettings(model="ppocrv6-tiny", threads=threads))
+    rescue: LineRescue | None = None
+    if args.rescue:  # MODEL:BELOW, re-reading tiny's low-confidence lines
+        model, below = args.rescue.rsplit(":", 1)
+        rescue = LineRescue(tiny.settings, model, float(below))
     accurate = OcrEngine(AccurateOcrSettings(threads=threads))
     r = RoutingSettings()
     rules = {"tiny-first": RoutingRule(r.low_confidence, r.max_low_fraction,
@@ -102,7 +107,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       a4_seed=args.a4_seed, degraded_seed=args.degraded_seed,
                       receipts_from=args.receipts_from)  # fmt: skip
     per_page: list[dict[str, Any]] = []
-    setups = ("small-only", *rules)
+    # each rule on tiny's own reading, and with --rescue also on the rescued one (name+rescue)
+    variants = [""] if rescue is None else ["", "+rescue"]
+    setups = ("small-only", *(name + v for name in rules for v in variants))
     tallies = {(s, k): Tally() for s in setups for k in ("all", "a4", "degraded", "receipt")}
 
     def read(engine: OcrEngine, image: Any) -> tuple[float, Any]:
@@ -122,22 +129,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         t_quality = time.perf_counter() - start
         t_small, p_small = read(small, image)
         t_tiny, p_tiny = read(tiny, image)
-        confidences = [ln.confidence for ln in p_tiny.lines]
-        early = {name: rule.weak_image(quality) for name, rule in rules.items()}
-        routed = {name: early[name] or rule.weak(confidences) for name, rule in rules.items()}
+        readings = {"": (0.0, p_tiny)}
+        if rescue is not None:
+            start = time.perf_counter()
+            p_resc = rescue.rescue(image, p_tiny)
+            readings["+rescue"] = (time.perf_counter() - start, p_resc)
+        early, routed = {}, {}
+        for name, rule in rules.items():
+            for v, (_, p_read) in readings.items():
+                early[name + v] = rule.weak_image(quality)
+                confidences = [ln.confidence for ln in p_read.lines]
+                routed[name + v] = early[name + v] or rule.weak(confidences)
         t_acc, p_acc = read(accurate, image) if any(routed.values()) else (0.0, None)
         small_cer = page_cer(lines(p_small), gt, normalised=True)
         per_page.append({"kind": kind, "noise": quality.noise, "contrast": quality.contrast,
                          "quality_ms": round(t_quality * 1000, 1),
                          "seconds": {"small": round(t_small, 3), "tiny": round(t_tiny, 3),
-                                     "accurate": round(t_acc, 3)}})  # fmt: skip
+                                     "rescue": round(readings.get("+rescue", (0.0,))[0], 3),
+                                     "accurate": round(t_acc, 3)},
+                         "rescued_lines": sum(a.text != b.text for a, b in zip(
+                             p_tiny.lines, readings.get("+rescue", (0.0, p_tiny))[1].lines,
+                             strict=True))})  # fmt: skip
         for key in ("all", kind):
             tallies[("small-only", key)].add(t_small, small_cer)
             for name, weak in routed.items():
-                page = p_acc if weak else p_tiny
+                rule_name = name.removesuffix("+rescue")
+                t_more, p_read = readings[name[len(rule_name) :]]
+                page = p_acc if weak else p_read
                 tally = tallies[(name, key)]
-                seconds = t_quality if rules[name].early else 0.0
-                seconds += t_acc if early[name] else t_tiny + (t_acc if weak else 0.0)
+                seconds = t_quality if rules[rule_name].early else 0.0
+                seconds += t_acc if early[name] else t_tiny + t_more + (t_acc if weak else 0.0)
                 tally.add(seconds, page_cer(lines(page), gt, normalised=True))
                 tally.routed += int(weak)
                 tally.early += int(early[name])
@@ -148,6 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": args.command_line,
         "threads": threads,
         "dpi": args.dpi,
+        "rescue": args.rescue,
         "rules": {
             name: {
                 "low_confidence": r.low_confidence,
@@ -183,6 +205,11 @@ def main(argv: list[str] | None = None) -> None:
         action="append",
         default=[],
         help="another rule to score, LOW:FRACTION:MEAN[:NOISE[:CONTRAST]] (e.g. 0.9:0.1:0.96:8)",
+    )
+    parser.add_argument(
+        "--rescue",
+        default="",
+        help="also score every rule with tiny's lines re-read, MODEL:BELOW (ppocrv6-small:0.9)",
     )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)

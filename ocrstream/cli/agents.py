@@ -118,7 +118,7 @@ def ocr_worker(metrics_port: int | None, pool: str | None, shadow: bool,
         settings = settings.model_copy(update={"pool": chosen})
     serve(settings.metrics_port if metrics_port is None else metrics_port)
     try:
-        engine = OcrEngine(_engine_settings(settings.pool, model))
+        engine = _with_rescue(OcrEngine(_engine_settings(settings.pool, model)), settings.pool)
         # Few retries inside the store: the worker itself backs off and pauses the partition.
         store = _store(retries=1)
     except FatalError as e:
@@ -143,6 +143,18 @@ def _engine_settings(pool: Any, model: str | None) -> Any:
     kind = {WorkerPool.ACCURATE: AccurateOcrSettings, WorkerPool.SHADOW: ShadowOcrSettings}
     settings = kind.get(pool, OcrSettings)()
     return settings if model is None else settings.model_copy(update={"model": model})
+
+
+def _with_rescue(engine: Any, pool: Any) -> Any:
+    """A primary worker's engine with line rescue when ``OCRSTREAM_ROUTING_RESCUE_MODEL`` names
+    a model set (:mod:`ocrstream.processors.ocr.rescue`); the engine itself otherwise."""
+    from ocrstream.processors.ocr.rescue import LineRescue, RescuingEngine
+    from ocrstream.settings import RoutingSettings, WorkerPool
+
+    s = RoutingSettings()
+    if pool is not WorkerPool.PRIMARY or not s.rescue_model:
+        return engine
+    return RescuingEngine(engine, LineRescue(engine.settings, s.rescue_model, s.rescue_below))
 
 
 def routing_rule() -> Any:
