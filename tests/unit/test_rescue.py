@@ -122,3 +122,45 @@ def test_a_primary_worker_rescues_only_when_the_settings_name_a_model(
     assert isinstance(wrapped, RescuingEngine)
     assert wrapped.rescue.below == 0.8
     assert wrapped.rescue.models.name == "ppocrv6-small"
+
+
+def test_the_worker_routes_on_the_rescued_confidences(
+    page_and_lines: tuple[np.ndarray, PageOCR], rescue: LineRescue
+) -> None:
+    import cv2
+
+    from ocrstream.processors.routing import RoutingRule
+    from ocrstream.schemas.records import PageResult
+    from tests.fakes.kafka import FakeConsumer, FakeProducer
+    from tests.fakes.stepped_worker import CODEC, make_worker, run_until, task
+
+    image, page = page_and_lines
+    ok, png = cv2.imencode(".png", image)
+    assert ok
+    fast = misread(page, ("Inv0ice 2O24-O117 f0r ACME", 0.62), (LINES[1], 0.97))
+    rule = RoutingRule(low_confidence=0.9, max_low_fraction=0.1, min_mean_confidence=0.96)
+    delivered = {}
+    for name, engine in (
+        ("fast", FastEngine(fast)),
+        ("rescued", RescuingEngine(FastEngine(fast), rescue)),
+    ):
+        consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+        consumer.push(
+            0, b"d", CODEC.encode(task("d", 1, image.shape[1], data=png.tobytes(), count=1))
+        )
+        worker = make_worker(consumer, producer, engine, routing=rule)
+        run_until(
+            worker, lambda p=producer: any(t.endswith("page-results.v1") for t, _, _ in p.delivered)
+        )
+        delivered[name] = producer.delivered
+
+    def outcome(name: str) -> tuple[list[str], list[str]]:
+        topics = [t for t, _, _ in delivered[name]]
+        [value] = [v for t, _, v in delivered[name] if t.endswith("page-results.v1")]
+        return topics, [line.text for line in CODEC.decode_as(value, PageResult).lines]
+
+    topics, texts = outcome("fast")
+    assert any(t.endswith("pages.accurate.v1") for t in topics)  # weak as the fast model read it
+    topics, texts = outcome("rescued")
+    assert not any(t.endswith("pages.accurate.v1") for t in topics)  # kept after the rescue
+    assert texts == LINES
