@@ -15,8 +15,10 @@ accurate's on the routed ones, whose reading replaces tiny's. With the early rul
 page's time includes measuring its quality (:mod:`ocrstream.processors.page_quality`), and a
 page it routes costs that and accurate's reading only (tiny never reads it). Interleaving the
 engines page by page exposes both setups to the same load on a shared machine. CER is
-normalised (nCER, see :mod:`ocrstream.bench.cer`), summed over pages. Decoding is outside the
-timings (the same for both). Prints a table and writes JSON.
+normalised (nCER, see :mod:`ocrstream.bench.cer`), summed over pages. With ``--rescue
+MODEL:BELOW`` every rule is scored a second time (``name+rescue``) on tiny's reading after
+:class:`~ocrstream.processors.ocr.rescue.LineRescue`, its time added to tiny's. Decoding
+is outside the timings (the same for both). Prints a table and writes JSON.
 """
 
 from __future__ import annotations
