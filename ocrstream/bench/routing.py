@@ -110,7 +110,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       receipts_from=args.receipts_from)  # fmt: skip
     per_page: list[dict[str, Any]] = []
     # each rule on tiny's own reading, and with --rescue also on the rescued one (name+rescue)
-    variants = [""] if rescue is None else ["", "+rescue"]
+    # +kept: the rule on tiny's own confidences, the rescue only on the pages it keeps
+    variants = [""] if rescue is None else ["", "+rescue", "+kept"]
     setups = ("small-only", *(name + v for name in rules for v in variants))
     tallies = {(s, k): Tally() for s in setups for k in ("all", "a4", "degraded", "receipt")}
 
@@ -135,12 +136,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if rescue is not None:
             start = time.perf_counter()
             p_resc = rescue.rescue(image, p_tiny)
-            readings["+rescue"] = (time.perf_counter() - start, p_resc)
+            readings["+rescue"] = readings["+kept"] = (time.perf_counter() - start, p_resc)
         early, routed = {}, {}
         for name, rule in rules.items():
             for v, (_, p_read) in readings.items():
                 early[name + v] = rule.weak_image(quality)
-                confidences = [ln.confidence for ln in p_read.lines]
+                judged = p_tiny if v == "+kept" else p_read
+                confidences = [ln.confidence for ln in judged.lines]
                 routed[name + v] = early[name + v] or rule.weak(confidences)
         t_acc, p_acc = read(accurate, image) if any(routed.values()) else (0.0, None)
         small_cer = page_cer(lines(p_small), gt, normalised=True)
@@ -155,9 +157,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for key in ("all", kind):
             tallies[("small-only", key)].add(t_small, small_cer)
             for name, weak in routed.items():
-                rule_name = name.removesuffix("+rescue")
+                rule_name = name.removesuffix("+rescue").removesuffix("+kept")
                 t_more, p_read = readings[name[len(rule_name) :]]
                 page = p_acc if weak else p_read
+                if weak and name.endswith("+kept"):
+                    t_more = 0.0  # routed on tiny's reading: never rescued
                 tally = tallies[(name, key)]
                 seconds = t_quality if rules[rule_name].early else 0.0
                 seconds += t_acc if early[name] else t_tiny + t_more + (t_acc if weak else 0.0)
