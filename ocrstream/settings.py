@@ -512,8 +512,9 @@ class RoutingSettings(BaseSettings):
     early_min_contrast: float = 0.0
     # Line rescue (ocrstream.processors.ocr.rescue), in primary workers: the fast engine's lines
     # under RESCUE_BELOW re-read by this model set's recogniser, the more confident reading
-    # kept, before the late rule. Empty: off; with ppocrv6-small it was faster but 0.0025-0.0041
-    # over small-only's CER on the tuning set (docs/benchmarks.md, "Line rescue").
+    # kept, on the pages the late rule keeps. Empty: off until confirmed on fresh pages: with
+    # ppocrv6-small, 1.53-1.96x small-only at <= +0.0017 nCER on the four sets it was chosen on
+    # (docs/benchmarks.md, "Line rescue").
     rescue_model: str = ""
     rescue_below: float = 0.9
 

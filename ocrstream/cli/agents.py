@@ -154,7 +154,9 @@ def _with_rescue(engine: Any, pool: Any) -> Any:
     s = RoutingSettings()
     if pool is not WorkerPool.PRIMARY or not s.rescue_model:
         return engine
-    return RescuingEngine(engine, LineRescue(engine.settings, s.rescue_model, s.rescue_below))
+    rule = routing_rule()
+    weak = None if rule is None else rule.weak  # rescue only the pages the rule keeps
+    return RescuingEngine(engine, LineRescue(engine.settings, s.rescue_model, s.rescue_below), weak)
 
 
 def routing_rule() -> Any:

@@ -4,9 +4,10 @@ The primary pool's fast model (``ppocrv6-tiny``) finds lines about as well as ``
 on receipts but reads them worse: its recognition makes ~86% of its CER gap there
 (docs/benchmarks.md, "Early routing"). :class:`LineRescue` loads only the stronger model's
 recogniser and re-reads, in one batch per page, the lines the fast engine kept with a confidence
-below ``below``; a line keeps whichever reading is the more confident. The routing rule then
-judges the page on the updated confidences, so a page whose weak lines were rescued stays in
-the primary pool.
+below ``below``; a line keeps whichever reading is the more confident. In a worker with a
+routing rule, only the pages the rule keeps on the fast engine's own confidences are rescued
+(measured: judging the rescued confidences instead kept receipts out of the accurate pool that
+needed them; docs/benchmarks.md, "Line rescue").
 
 :class:`RescuingEngine` wraps a page engine with it, for the worker: same ``info`` (the results
 name the fast engine, which found and read most of the page), and a ``fingerprint`` that
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -122,11 +123,17 @@ class LineRescue:
 
 
 class RescuingEngine:
-    """A page engine whose text-mode pages go through a :class:`LineRescue` after it."""
+    """A page engine whose text-mode pages go through a :class:`LineRescue` after it; with
+    ``weak`` (the routing rule over line confidences), only the pages it does not find weak on
+    the engine's own confidences. Such a page stays kept (the rescue only raises confidences),
+    and a weak one goes to the accurate pool as the engine read it, without the rescue's cost."""
 
-    def __init__(self, engine: Any, rescue: LineRescue) -> None:
+    def __init__(
+        self, engine: Any, rescue: LineRescue, weak: Callable[[list[float]], bool] | None = None
+    ) -> None:
         self.engine = engine
         self.rescue = rescue
+        self.weak = weak
 
     @property
     def info(self) -> EngineInfo:
@@ -145,9 +152,14 @@ class RescuingEngine:
     def recognize(self, images: Sequence[Any]) -> list[PageOCR]:
         pages: list[PageOCR] = self.engine.recognize(images)
         return [
-            self.rescue.rescue(image, page) if isinstance(image, np.ndarray) else page
+            self.rescue.rescue(image, page) if self._wanted(image, page) else page
             for image, page in zip(images, pages, strict=True)
         ]
+
+    def _wanted(self, image: Any, page: PageOCR) -> bool:
+        if not isinstance(image, np.ndarray):
+            return False
+        return self.weak is None or not self.weak([line.confidence for line in page.lines])
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)

@@ -164,3 +164,21 @@ def test_the_worker_routes_on_the_rescued_confidences(
     topics, texts = outcome("rescued")
     assert not any(t.endswith("pages.accurate.v1") for t in topics)  # kept after the rescue
     assert texts == LINES
+
+
+def test_with_the_rule_only_the_pages_it_keeps_are_rescued(
+    page_and_lines: tuple[np.ndarray, PageOCR], rescue: LineRescue
+) -> None:
+    from ocrstream.processors.routing import RoutingRule
+
+    image, page = page_and_lines
+    rule = RoutingRule(low_confidence=0.9, max_low_fraction=0.1, min_mean_confidence=0.96)
+    weak = misread(page, ("Inv0ice 2O24-O117 f0r ACME", 0.62), (LINES[1], 0.97))
+    kept = misread(page, ("Inv0ice 2O24-O117 f0r ACME", 0.93), (LINES[1], 0.99))
+    assert rule.weak([0.62, 0.97])
+    assert not rule.weak([0.93, 0.99])  # no line under 0.9, mean 0.96
+    (read,) = RescuingEngine(FastEngine(weak), rescue, rule.weak).recognize([image])
+    assert read == weak  # routed as the fast engine read it, not re-read
+    higher = LineRescue(OcrSettings(model="ppocrv6-tiny"), "ppocrv6-small", below=0.95)
+    (read,) = RescuingEngine(FastEngine(kept), higher, rule.weak).recognize([image])
+    assert read.lines[0].text == LINES[0]
