@@ -496,13 +496,27 @@ class RoutingSettings(BaseSettings):
     model_config = _frozen("OCRSTREAM_ROUTING_")
 
     enabled: bool = False
-    # Measured on a mixed set (docs/benchmarks.md, "Confidence routing"): 0.9 / 0.1 / 0.96
-    # routed every degraded scan and 4 of 10 receipts, for a CER 0.0013 above small-only's
-    # at 1.47x its pages/s; 0.9 / 0.25 / 0.9 routed no receipt (0.0035 above, at 1.65x).
+    # Measured with the early rule on (docs/benchmarks.md, "Early routing"): 0.9 / 0.1 / 0.96
+    # kept the CER within 0.002 of small-only's on the tuning set and three held-out sets
+    # (1.46x, 1.56x, 1.52x, 1.52x its pages/s); 0.85 / 0.05 / 0, the tuning set's pick, was
+    # faster (1.53x, 1.75x, 1.60x, 1.57x) but 0.0021-0.0022 above small-only's on two.
     low_confidence: float = 0.9
     max_low_fraction: float = 0.1
     min_mean_confidence: float = 0.96
     min_lines: int = 1
+    # The early rule (ocrstream.processors.page_quality), before the fast model reads a page:
+    # noisier than this (grey levels, σ) or, when set, fainter ink than this contrast: routed
+    # unread. 0 turns a measure off. EARLY_MAX_NOISE's default: measured in
+    # docs/benchmarks.md ("Early routing").
+    early_max_noise: float = 8.0
+    early_min_contrast: float = 0.0
+    # Line rescue (ocrstream.processors.ocr.rescue), in primary workers: the fast engine's lines
+    # under RESCUE_BELOW re-read by this model set's recogniser, the more confident reading
+    # kept, on the pages the late rule keeps. Empty: off until confirmed on fresh pages: with
+    # ppocrv6-small, 1.53-1.96x small-only at <= +0.0017 nCER on the four sets it was chosen on
+    # (docs/benchmarks.md, "Line rescue").
+    rescue_model: str = ""
+    rescue_below: float = 0.9
 
 
 class AccurateOcrSettings(OcrSettings):

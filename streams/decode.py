@@ -27,11 +27,13 @@ class DecodePool:
         max_pixels: int,
         cache: PageLookup | None = None,
         model: str | None = None,
+        quality: bool = False,
     ) -> None:
         self.fetch = fetch
         self.max_pixels = max_pixels
         self.cache = cache
         self.model = model  # the engine's model set: a task asking for another one fails
+        self.quality = quality  # measure each decoded page (confidence routing's early rule)
         self._pool = ThreadPoolExecutor(threads, "ocr-decode")
         self._decoding: list[tuple[Pending, Future[PreparedPage]]] = []
 
@@ -43,7 +45,7 @@ class DecodePool:
             run = contextvars.copy_context().run
         future = self._pool.submit(
             run, prepare_page, page.task, self.fetch, max_pixels=self.max_pixels,
-            cache=self.cache, model=self.model,
+            cache=self.cache, model=self.model, quality=self.quality,
         )  # fmt: skip
         self._decoding.append((page, future))
 

@@ -27,6 +27,8 @@ from ocrstream.processors.layout.blocks import Block as PageBlock
 from ocrstream.processors.layout.structure import text_layer_blocks
 from ocrstream.processors.ocr.types import Line as OcrLine
 from ocrstream.processors.ocr.types import PageOCR
+from ocrstream.processors.page_quality import PageQuality
+from ocrstream.processors.page_quality import measure as measure_quality
 from ocrstream.schemas.records import (
     Block,
     Cell,
@@ -61,6 +63,7 @@ class PreparedPage:
     decode_ms: float = 0.0
     cache_key: str | None = None  # the page's content key, when the worker has a cache
     cached: PageResult | None = None  # the cache's result for it: no decoding, no engine
+    quality: PageQuality | None = None  # measured for confidence routing's early rule
 
     @property
     def needs_ocr(self) -> bool:
@@ -85,10 +88,13 @@ def prepare_page(
     max_pixels: int,
     cache: PageLookup | None = None,
     model: str | None = None,
+    quality: bool = False,
 ) -> PreparedPage:
     """Fetch and decode one page; a page the ``cache`` knows comes back with its cached
-    result, undecoded. A page whose task asks for a recognition model (``options["model"]``,
-    ``ocrstream reprocess --model``) other than this worker's ``model`` fails
+    result, undecoded. With ``quality``, the decoded image's quality is measured too (for
+    confidence routing's early rule, :mod:`ocrstream.processors.page_quality`). A page whose
+    task asks for a recognition model (``options["model"]``, ``ocrstream reprocess
+    --model``) other than this worker's ``model`` fails
     (``model_unavailable``): read by another model, its result would claim what it is not.
     A RetriableError (store down) propagates: try again later."""
     if task.text_layer is not None:
@@ -116,7 +122,8 @@ def prepare_page(
     except PoisonError as e:
         return PreparedPage(task, error=ErrorInfo(e.code, str(e)))
     decode_ms = (time.perf_counter() - start) * 1000
-    return PreparedPage(task, image=image, decode_ms=decode_ms, cache_key=key)
+    measured = measure_quality(image) if quality else None
+    return PreparedPage(task, image=image, decode_ms=decode_ms, cache_key=key, quality=measured)
 
 
 # --- results ------------------------------------------------------------------------------

@@ -39,7 +39,9 @@ parts, deliver, and let the delivery callbacks store the offsets. Each job is on
 - Worker pools (here, :func:`pool_topics`): a ``primary`` worker reads ``ocr.pages.v1``; with
   a :class:`~ocrstream.processors.routing.RoutingRule` it re-sends a page whose recognition is
   weak to ``ocr.pages.accurate.v1``, read by the ``accurate`` pool (a stronger engine, which
-  never routes: a page is routed at most once). A ``shadow`` worker reads ``ocr.pages.v1`` in
+  never routes: a page is routed at most once); by the rule's early part, a page whose image
+  is poor (:mod:`~ocrstream.processors.page_quality`, measured in the decode threads) goes
+  there before the engine reads it. A ``shadow`` worker reads ``ocr.pages.v1`` in
   a group of its own and publishes to ``ocr.page-results.shadow.v1`` only.
 - Rebalance and SIGTERM (here): in-flight pages are finished and delivered, offsets stored,
   and the commit is made synchronously before partitions are given up; queued pages and pages
@@ -166,7 +168,7 @@ class OcrWorker:
         # Only the primary pool routes: the accurate pool's answer is final, and a shadow's
         # results never change a document.
         self.routing = routing if self.pool is WorkerPool.PRIMARY else None
-        for outcome in ("kept", "routed"):  # exported from the start: the panels read 0
+        for outcome in ("kept", "routed", "routed_early"):  # exported from the start: panels read 0
             metrics.routing.labels(self.pool.value, outcome)
         self.dlq_topic = kafka.topic(topics.DLQ)
         self.consumer = (
@@ -205,6 +207,7 @@ class OcrWorker:
             max_pixels=self.limits.max_page_pixels,
             cache=self._cache,
             model=info.model,
+            quality=self.routing is not None and self.routing.early,
         )
         self._engine: BatchingEngine[tuple[Pending, PreparedPage]] = BatchingEngine(
             engine,
@@ -374,6 +377,10 @@ class OcrWorker:
                     self._send_result(page, hit)
                     continue
                 self.metrics.stage_seconds.labels("decode").observe(prepared.decode_ms / 1000)
+                if prepared.needs_ocr and self._weak_image(prepared):
+                    self._window.release(page.pixels)
+                    self._route_early(page)
+                    continue
                 if prepared.needs_ocr:
                     image: object = prepared.image
                     regions = prepared.task.options.get(REGIONS_OPTION)
@@ -456,6 +463,24 @@ class OcrWorker:
                 key = f"{page.task.doc_id}/{page.task.page_no}"
                 outputs.insert(0, (self.accurate_topic, key, task))
             self._delivery.send_all(page.origin, outputs)
+
+    def _weak_image(self, prepared: PreparedPage) -> bool:
+        """Whether to route the page before the engine reads it: a primary worker whose rule
+        has the early part on, and a page image of poor quality by it."""
+        if self.routing is None or prepared.quality is None:
+            return False
+        return self.routing.weak_image(prepared.quality)
+
+    def _route_early(self, page: Pending) -> None:
+        """Send the page's task to the accurate pool, unread. No provisional result goes out:
+        there is no reading to give, so its document waits for the accurate pool (without
+        one, it ends ``partial`` at the assembler's deadline, the page missing)."""
+        self.metrics.routing.labels(self.pool.value, "routed_early").inc()
+        with page.log_context():
+            log.info("poor page image: page routed unread to %s", self.accurate_topic)
+            task = self.producer.encode(page.task, self.accurate_topic)
+            key = f"{page.task.doc_id}/{page.task.page_no}"
+            self._delivery.send_all(page.origin, [(self.accurate_topic, key, task)])
 
     def _weak(self, result: PageResult) -> bool:
         """Whether to route the page: a primary worker with a rule, a page the engine read

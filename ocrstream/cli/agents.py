@@ -118,7 +118,7 @@ def ocr_worker(metrics_port: int | None, pool: str | None, shadow: bool,
         settings = settings.model_copy(update={"pool": chosen})
     serve(settings.metrics_port if metrics_port is None else metrics_port)
     try:
-        engine = OcrEngine(_engine_settings(settings.pool, model))
+        engine = _with_rescue(OcrEngine(_engine_settings(settings.pool, model)), settings.pool)
         # Few retries inside the store: the worker itself backs off and pauses the partition.
         store = _store(retries=1)
     except FatalError as e:
@@ -145,6 +145,20 @@ def _engine_settings(pool: Any, model: str | None) -> Any:
     return settings if model is None else settings.model_copy(update={"model": model})
 
 
+def _with_rescue(engine: Any, pool: Any) -> Any:
+    """A primary worker's engine with line rescue when ``OCRSTREAM_ROUTING_RESCUE_MODEL`` names
+    a model set (:mod:`ocrstream.processors.ocr.rescue`); the engine itself otherwise."""
+    from ocrstream.processors.ocr.rescue import LineRescue, RescuingEngine
+    from ocrstream.settings import RoutingSettings, WorkerPool
+
+    s = RoutingSettings()
+    if pool is not WorkerPool.PRIMARY or not s.rescue_model:
+        return engine
+    rule = routing_rule()
+    weak = None if rule is None else rule.weak  # rescue only the pages the rule keeps
+    return RescuingEngine(engine, LineRescue(engine.settings, s.rescue_model, s.rescue_below), weak)
+
+
 def routing_rule() -> Any:
     """The confidence-routing rule of the settings; None when routing is off."""
     from ocrstream.processors.routing import RoutingRule
@@ -158,6 +172,8 @@ def routing_rule() -> Any:
         max_low_fraction=s.max_low_fraction,
         min_mean_confidence=s.min_mean_confidence,
         min_lines=s.min_lines,
+        max_noise=s.early_max_noise,
+        min_contrast=s.early_min_contrast,
     )
 
 

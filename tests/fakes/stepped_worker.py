@@ -51,6 +51,7 @@ def make_worker(
     producer: FakeProducer,
     engine: Any = None,
     fetch: Any = None,
+    routing: Any = None,
     **settings: Any,
 ) -> OcrWorker:
     conf = {
@@ -73,6 +74,7 @@ def make_worker(
         consumer=consumer,
         producer=RecordProducer(KafkaSettings(), CODEC, producer=producer),
         worker_id="w1",
+        routing=routing,
     )
 
 

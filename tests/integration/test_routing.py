@@ -3,10 +3,12 @@ on the fast model (``ppocrv6-tiny``) with routing on, an accurate worker (``ocrs
 ocr-worker --pool accurate``: ``ppocrv6-small``), the splitter and the assembler.
 
 A deliberately degraded scan (faded ink on grey paper, blurred, noisy:
-:func:`ocrstream.bench.datasets.degrade`) is read weakly by the fast model, routed to
-``ocr.pages.accurate.v1``, and its document is written from the accurate pool's result; a clean
-scan is not routed. Without an accurate pool, the routed page's provisional result is used
-once the assembler's provisional wait is over: the document still completes."""
+:func:`ocrstream.bench.datasets.degrade`) is routed to ``ocr.pages.accurate.v1`` and its
+document is written from the accurate pool's result; a clean scan is not routed. By default the
+early rule routes it unread (its noise); with the early rule off, the fast model reads it
+weakly and the confidence rule routes it, with a provisional result. Without an accurate pool,
+that provisional result is used once the assembler's provisional wait is over: the document
+still completes."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ ENV = {
     "OCRSTREAM_ASSEMBLER_SCAN_INTERVAL_S": "1",
     "OCRSTREAM_WORKER_MAX_WAIT_MS": "50",
 }
+LATE_ONLY = {"OCRSTREAM_ROUTING_EARLY_MAX_NOISE": "0"}  # only the rule over tiny's confidences
 
 
 @pytest.fixture
@@ -71,10 +74,69 @@ def document(store: ObjectStore, doc_id: str) -> dict:
     return body
 
 
+def fast_reading(data: bytes) -> dict:
+    """The page as the primary pool's engine reads it, in this process."""
+    from ocrstream.processors.ocr.engine import OcrEngine
+    from ocrstream.settings import OcrSettings
+
+    engine = OcrEngine(OcrSettings(model=ENV["OCRSTREAM_OCR_MODEL"], threads=1))
+    try:
+        [page] = engine.recognize([data])
+    finally:
+        engine.close()
+    return {"lines": [{"text": line.text} for line in page.lines]}
+
+
 def cer(page: dict, truth: str) -> float:
     text = normalise(" ".join(line["text"] for line in page["lines"]))
     ref = normalise(truth.replace("\n", " "))
     return levenshtein(ref, text) / len(ref)
+
+
+def test_a_noisy_page_is_routed_unread_and_its_document_takes_the_accurate_result(
+    stack: object,
+    topics: KafkaSettings,
+    s3_settings: S3Settings,
+    object_store: ObjectStore,
+    pages: dict[str, tuple[bytes, str]],
+) -> None:
+    pipeline, witness = stack(engine="real", env=ENV)  # type: ignore[operator]
+    add_accurate_worker(pipeline)
+    pipeline.start("splitter", "worker", "assembler", "accurate")
+    client = OcrClient(topics, s3_settings)
+    for doc_id, (data, _) in pages.items():
+        client.submit(data, doc_id=doc_id, outputs=("json", "txt"))
+    witness.wait_done(set(pages), 600, pipeline)
+    client.close()
+
+    events = witness.terminal()
+    assert {d: events[d][0].status for d in pages} == {d: DocumentStatus.COMPLETED for d in pages}
+    results = {d: [r for r in witness.page_results() if r.doc_id == d] for d in pages}
+    assert [(r.pool, r.provisional) for r in results["clean"]] == [("primary", False)]
+    # The noisy page: no reading by the fast pool at all, only the accurate pool's.
+    assert [(r.pool, r.provisional) for r in results["degraded"]] == [("accurate", False)]
+    routed = read_all(topics, t.PAGES_ACCURATE, Codec(topics))
+    assert [(r.doc_id, r.page_no) for r in routed if isinstance(r, PageTask)] == [("degraded", 1)]
+    final = document(object_store, "degraded")["pages"][0]
+    assert final["engine"]["model"] == "ppocrv6-small"
+    # Better than what the fast model would have given, had it read the page first.
+    fast = fast_reading(pages["degraded"][0])
+    assert cer(final, pages["degraded"][1]) < cer(fast, pages["degraded"][1])
+    assert document(object_store, "clean")["pages"][0]["engine"]["model"] == "ppocrv6-tiny"
+
+    def counted() -> bool:
+        return (
+            pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
+                            outcome="routed_early") == 1
+            and pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
+                                outcome="routed") == 0
+            and pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
+                                outcome="kept") == 1
+            and pipeline.metric("accurate", "ocrstream_routing_total", pool="accurate",
+                                outcome="kept") == 1
+        )  # fmt: skip
+
+    wait_until(counted, 30, "the routing counters of both pools")
 
 
 def test_a_degraded_page_is_routed_and_its_document_takes_the_accurate_result(
@@ -85,7 +147,8 @@ def test_a_degraded_page_is_routed_and_its_document_takes_the_accurate_result(
     pages: dict[str, tuple[bytes, str]],
 ) -> None:
     # A long provisional wait: the degraded document can only finish with the accurate result.
-    env = {**ENV, "OCRSTREAM_ASSEMBLER_PROVISIONAL_WAIT_S": "900"}
+    # The early rule off: the fast model reads the page, and its confidences route it.
+    env = {**ENV, **LATE_ONLY, "OCRSTREAM_ASSEMBLER_PROVISIONAL_WAIT_S": "900"}
     pipeline, witness = stack(engine="real", env=env)  # type: ignore[operator]
     add_accurate_worker(pipeline)
     pipeline.start("splitter", "worker", "assembler", "accurate")
@@ -141,7 +204,7 @@ def test_without_an_accurate_pool_the_provisional_result_completes_the_document(
     object_store: ObjectStore,
     pages: dict[str, tuple[bytes, str]],
 ) -> None:
-    env = {**ENV, "OCRSTREAM_ASSEMBLER_PROVISIONAL_WAIT_S": "5"}
+    env = {**ENV, **LATE_ONLY, "OCRSTREAM_ASSEMBLER_PROVISIONAL_WAIT_S": "5"}
     pipeline, witness = stack(engine="real", env=env)  # type: ignore[operator]
     pipeline.start()  # no accurate worker
     client = OcrClient(topics, s3_settings)

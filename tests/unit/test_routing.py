@@ -21,6 +21,7 @@ from ocrstream.processors.assembly import (
     step,
 )
 from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
+from ocrstream.processors.page_quality import PageQuality
 from ocrstream.processors.routing import RoutingRule
 from ocrstream.schemas.records import PageResult, PageTask
 from ocrstream.settings import WorkerPool, WorkerSettings
@@ -34,6 +35,19 @@ RESULTS = "ocr.page-results.v1"
 SHADOW_RESULTS = "ocr.page-results.shadow.v1"
 WEAK_WIDTH = 13
 RULE = RoutingRule(low_confidence=0.9, max_low_fraction=0.25, min_mean_confidence=0.9)
+EARLY = RoutingRule(low_confidence=0.9, max_low_fraction=0.25, min_mean_confidence=0.9,
+                    max_noise=8.0)  # fmt: skip
+
+
+def noisy_png(width: int, sigma: float = 25.0) -> bytes:
+    """A grey page of 32 rows with Gaussian noise of ``sigma``: a poor scan for the early rule."""
+    import cv2
+
+    rng = np.random.default_rng(0)
+    pixels = np.clip(180 + rng.normal(0, sigma, (32, width, 3)), 0, 255).astype(np.uint8)
+    ok, buf = cv2.imencode(".png", pixels)
+    assert ok
+    return buf.tobytes()
 
 
 class ConfidenceEngine:
@@ -42,6 +56,7 @@ class ConfidenceEngine:
 
     def __init__(self, name: str = "tiny") -> None:
         self.name = name
+        self.widths: list[int] = []  # of the pages it read
 
     @property
     def info(self) -> EngineInfo:
@@ -52,6 +67,7 @@ class ConfidenceEngine:
         out = []
         for img in images:
             w, h = img.shape[1], img.shape[0]
+            self.widths.append(w)
             conf = 0.6 if w == WEAK_WIDTH else 0.98
             out.append(PageOCR(w, h, tuple(Line(f"{w}x{h} {i}", conf, box) for i in range(3))))
         return out
@@ -84,6 +100,29 @@ def test_pages_with_fewer_lines_than_the_minimum_are_never_weak() -> None:
     rule = RoutingRule(min_lines=3)
     assert not rule.weak([0.1, 0.2])
     assert rule.weak([0.1, 0.2, 0.3])
+
+
+@pytest.mark.parametrize(
+    ("rule", "quality", "weak"),
+    [
+        (EARLY, PageQuality(noise=22.0, contrast=50.0), True),  # a degraded scan
+        (EARLY, PageQuality(noise=0.5, contrast=180.0), False),  # a clean receipt
+        (EARLY, PageQuality(noise=0.0, contrast=0.0), False),  # blank: contrast is off
+        (RoutingRule(min_contrast=80.0), PageQuality(noise=0.0, contrast=60.0), True),
+        (RoutingRule(min_contrast=80.0), PageQuality(noise=30.0, contrast=120.0), False),
+        (RULE, PageQuality(noise=40.0, contrast=10.0), False),  # no early part: never
+    ],
+)
+def test_the_early_rule_finds_poor_images_by_noise_and_contrast(
+    rule: RoutingRule, quality: PageQuality, weak: bool
+) -> None:
+    assert rule.weak_image(quality) is weak
+
+
+def test_the_early_rule_is_on_only_with_a_threshold() -> None:
+    assert not RoutingRule().early
+    assert EARLY.early
+    assert RoutingRule(min_contrast=60.0).early
 
 
 # --- the worker pools -------------------------------------------------------------------------
@@ -128,6 +167,39 @@ def test_the_offset_of_a_routed_page_is_stored_only_when_both_outputs_are_delive
     producer.deliver()
     assert consumer.stored == [(0, 1)]
     worker.shutdown()
+
+
+def test_a_noisy_page_is_routed_unread_by_the_early_rule() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    noisy = task("d", 1, width=40, data=noisy_png(40), count=2)
+    clean = task("d", 2, width=20, count=2)
+    for t in (noisy, clean):
+        consumer.push(0, b"d", CODEC.encode(t))
+    engine = ConfidenceEngine()
+    worker = make_worker(consumer, producer, engine, routing=EARLY)
+    run_until(worker, lambda: len(sent(producer, RESULTS)) == 1 and sent(producer, ACCURATE))
+
+    routed = sent(producer, ACCURATE)
+    assert [k for k, _ in routed] == ["d/1"]
+    assert CODEC.decode_as(routed[0][1], PageTask) == noisy
+    # No result of its own (there is no reading to give): only the clean page's, final.
+    [result] = [CODEC.decode_as(v, PageResult) for _, v in sent(producer, RESULTS)]
+    assert (result.page_no, result.provisional) == (2, False)
+    assert engine.widths == [20]  # the engine never saw the noisy page
+    assert consumer.last_stored(0) == 2
+    routing = worker.metrics.routing
+    assert routing.labels("primary", "routed_early")._value.get() == 1
+    assert routing.labels("primary", "kept")._value.get() == 1
+    assert routing.labels("primary", "routed")._value.get() == 0
+
+
+def test_without_the_early_part_a_noisy_page_is_read_first() -> None:
+    consumer, producer = FakeConsumer(partitions=1), FakeProducer()
+    consumer.push(0, b"d", CODEC.encode(task("d", 1, width=40, data=noisy_png(40), count=1)))
+    worker = make_worker(consumer, producer, ConfidenceEngine(), routing=RULE)
+    run_until(worker, lambda: len(sent(producer, RESULTS)) == 1)
+    assert sent(producer, ACCURATE) == []  # read confidently by the engine: kept
+    assert worker.metrics.routing.labels("primary", "routed_early")._value.get() == 0
 
 
 def test_without_a_rule_nothing_is_routed() -> None:

@@ -1,0 +1,167 @@
+"""Line rescue: a fast engine's low-confidence lines re-read by a stronger recogniser.
+
+The primary pool's fast model (``ppocrv6-tiny``) finds lines about as well as ``ppocrv6-small``
+on receipts but reads them worse: its recognition makes ~86% of its CER gap there
+(docs/benchmarks.md, "Early routing"). :class:`LineRescue` loads only the stronger model's
+recogniser and re-reads, in one batch per page, the lines the fast engine kept with a confidence
+below ``below``; a line keeps whichever reading is the more confident. In a worker with a
+routing rule, only the pages the rule keeps on the fast engine's own confidences are rescued
+(measured: judging the rescued confidences instead kept receipts out of the accurate pool that
+needed them; docs/benchmarks.md, "Line rescue").
+
+:class:`RescuingEngine` wraps a page engine with it, for the worker: same ``info`` (the results
+name the fast engine, which found and read most of the page), and a ``fingerprint`` that
+includes the rescue model's file and threshold, so cached pages read without it (or with
+another) are not served as if read with it. Text-mode pages given as decoded arrays, upright
+and not deskewed, are rescued; layout, key-field and encoded pages pass through unchanged.
+Lines the fast engine dropped (under its ``min_confidence``) are not seen.
+
+Settings: ``OCRSTREAM_ROUTING_RESCUE_MODEL`` (a model set name; empty: off) and
+``OCRSTREAM_ROUTING_RESCUE_BELOW`` (:class:`~ocrstream.settings.RoutingSettings`). Off by
+default: with ``ppocrv6-small`` at 0.9 the more confident readings kept most receipts out of the
+accurate pool, and tiny-first was faster but 0.0025-0.0041 over small-only's CER on the tuning
+set (docs/benchmarks.md, "Line rescue").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ocrstream.errors import FatalError
+from ocrstream.processors.imageio import decode_image
+from ocrstream.processors.ocr import rec as rec_mod
+from ocrstream.processors.ocr.backends import create, session_options
+from ocrstream.processors.ocr.backends.base import Backend
+from ocrstream.processors.ocr.geometry import crop_quad
+from ocrstream.processors.ocr.models import ctc_best_model, file_digest, load_model_set
+from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
+from ocrstream.processors.page_key import engine_fingerprint
+from ocrstream.settings import OcrSettings
+
+CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
+
+
+class LineRescue:
+    """Model ``model``'s recogniser on the backend of ``settings`` (the fast engine's), for
+    lines under ``below``."""
+
+    def __init__(
+        self, settings: OcrSettings, model: str, below: float, *, backend: Backend | None = None
+    ) -> None:
+        self.settings = settings
+        self.below = below
+        self.models = models = load_model_set(model, None)
+        self.params = rec_mod.RecParams(
+            height=settings.rec_height, max_batch_width=settings.rec_batch_pixels
+        )
+        backend = backend or create(settings)
+        self.backend_name = backend.name
+        path, classes = models.rec_path, 0
+        if backend.name in CPU_BACKENDS:
+            compact = ctc_best_model(models.rec_path, settings.engine_cache_dir)
+            if compact is not None:
+                path, classes = compact
+        h = self.params.height
+        options = session_options(
+            settings,
+            min_shape=(1, 3, h, 32),
+            opt_shape=(settings.rec_batch, 3, h, 640),
+            max_shape=(max(1, settings.rec_batch), 3, h, self.params.max_width),
+        )
+        self._rec = backend.load(path, "rec", options)
+        probe = np.zeros((1, 3, h, self.params.min_width), np.float32)
+        classes = classes or int(self._rec.run(probe).shape[-1])
+        charset = models.charset
+        if classes not in (len(charset), len(charset) - 1):
+            raise FatalError(
+                f"rescue rec model {models.rec_path} has {classes} classes, its dictionary "
+                f"{len(charset)}",
+                code="model_invalid",
+            )
+        self._charset = charset[:classes]
+
+    def fingerprint_part(self) -> dict[str, object]:
+        """What the rescue adds to an engine's fingerprint: its model file and threshold."""
+        return {"rescue_rec": file_digest(self.models.rec_path), "rescue_below": self.below}
+
+    def read(self, crops: Sequence[Any]) -> list[tuple[str, float]]:
+        """Text and confidence of line crops (BGR, any size), in their order."""
+        lines = [rec_mod.resize_line(crop, self.params) for crop in crops]
+        widths = [rec_mod.bucket_width(line.shape[1], self.params) for line in lines]
+        out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
+        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, self.params):
+            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], self.params)
+            for i, result in zip(idx, rec_mod.ctc_greedy(self._rec.run(batch), self._charset),
+                                 strict=True):  # fmt: skip
+                out[i] = result
+        return out
+
+    def rescue(self, image: Any, page: PageOCR) -> PageOCR:
+        """``page`` with its lines under ``below`` re-read from ``image`` (as the engine saw
+        it), each keeping the more confident reading; ``timings_ms["rescue"]`` is its cost."""
+        weak = [i for i, line in enumerate(page.lines) if line.confidence < self.below]
+        if not weak or page.status != "ok" or page.rotation or page.skew:
+            return page
+        start = time.perf_counter()
+        bgr = decode_image(image, max_pixels=self.settings.max_page_pixels)
+        crops = [crop_quad(bgr, np.array(page.lines[i].polygon, np.float32)) for i in weak]
+        lines = list(page.lines)
+        for i, (text, conf) in zip(weak, self.read(crops), strict=True):
+            text = text.strip()
+            if text and conf > lines[i].confidence:
+                lines[i] = Line(text=text, confidence=conf, polygon=lines[i].polygon)
+        ms = (time.perf_counter() - start) * 1000
+        timings = dict(page.timings_ms, rescue=round(ms, 2))
+        if "total" in timings:
+            timings["total"] = round(timings["total"] + ms, 2)
+        return dataclasses.replace(page, lines=tuple(lines), timings_ms=timings)
+
+
+class RescuingEngine:
+    """A page engine whose text-mode pages go through a :class:`LineRescue` after it; with
+    ``weak`` (the routing rule over line confidences), only the pages it does not find weak on
+    the engine's own confidences. Such a page stays kept (the rescue only raises confidences),
+    and a weak one goes to the accurate pool as the engine read it, without the rescue's cost."""
+
+    def __init__(
+        self, engine: Any, rescue: LineRescue, weak: Callable[[list[float]], bool] | None = None
+    ) -> None:
+        self.engine = engine
+        self.rescue = rescue
+        self.weak = weak
+
+    @property
+    def info(self) -> EngineInfo:
+        info: EngineInfo = self.engine.info
+        return info
+
+    def fingerprint(self, mode: str) -> str:
+        inner = self.engine.fingerprint(mode)
+        part = self.rescue.fingerprint_part()
+        return engine_fingerprint(
+            self.rescue.backend_name,
+            {"engine": inner, "rescue_rec": str(part["rescue_rec"])},
+            {"rescue_below": part["rescue_below"], "mode": mode},
+        )
+
+    def recognize(self, images: Sequence[Any]) -> list[PageOCR]:
+        pages: list[PageOCR] = self.engine.recognize(images)
+        return [
+            self.rescue.rescue(image, page) if self._wanted(image, page) else page
+            for image, page in zip(images, pages, strict=True)
+        ]
+
+    def _wanted(self, image: Any, page: PageOCR) -> bool:
+        if not isinstance(image, np.ndarray):
+            return False
+        return self.weak is None or not self.weak([line.confidence for line in page.lines])
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if callable(close):
+            close()
