@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from ocrstream.bench.cer import levenshtein, normalise
 from ocrstream.bench.datasets import degrade, render_a4_page
 from ocrstream.client import OcrClient
 from ocrstream.schemas.codec import Codec
-from ocrstream.schemas.records import DocumentStatus, PageTask
+from ocrstream.schemas.records import DocumentStatus, PageResult, PageTask
 from ocrstream.settings import KafkaSettings, S3Settings
 from ocrstream.storage import ObjectStore
 from ocrstream.streams import topics as t
@@ -93,14 +94,16 @@ def cer(page: dict, truth: str) -> float:
     return levenshtein(ref, text) / len(ref)
 
 
-def test_a_noisy_page_is_routed_unread_and_its_document_takes_the_accurate_result(
-    stack: object,
+def run_with_accurate_pool(
+    stack: Any,
     topics: KafkaSettings,
     s3_settings: S3Settings,
-    object_store: ObjectStore,
     pages: dict[str, tuple[bytes, str]],
-) -> None:
-    pipeline, witness = stack(engine="real", env=ENV)  # type: ignore[operator]
+    env: dict[str, str],
+) -> tuple[Pipeline, dict[str, list[PageResult]]]:
+    """Splitter, fast worker, assembler and an accurate worker; every page submitted as its own
+    document and completed. The pipeline, and each document's page results as published."""
+    pipeline, witness = stack(engine="real", env=env)
     add_accurate_worker(pipeline)
     pipeline.start("splitter", "worker", "assembler", "accurate")
     client = OcrClient(topics, s3_settings)
@@ -108,10 +111,34 @@ def test_a_noisy_page_is_routed_unread_and_its_document_takes_the_accurate_resul
         client.submit(data, doc_id=doc_id, outputs=("json", "txt"))
     witness.wait_done(set(pages), 600, pipeline)
     client.close()
-
     events = witness.terminal()
     assert {d: events[d][0].status for d in pages} == {d: DocumentStatus.COMPLETED for d in pages}
-    results = {d: [r for r in witness.page_results() if r.doc_id == d] for d in pages}
+    return pipeline, {d: [r for r in witness.page_results() if r.doc_id == d] for d in pages}
+
+
+def wait_for_routing_counts(pipeline: Pipeline, expected: dict[tuple[str, str], int]) -> None:
+    """``ocrstream_routing_total`` of each (agent, outcome) reaches its count (the worker agent
+    is the primary pool, ``accurate`` the accurate one)."""
+    pools = {"worker": "primary", "accurate": "accurate"}
+
+    def counted() -> bool:
+        return all(
+            pipeline.metric(agent, "ocrstream_routing_total", pool=pools[agent], outcome=outcome)
+            == n
+            for (agent, outcome), n in expected.items()
+        )
+
+    wait_until(counted, 30, f"the routing counters of both pools: {expected}")
+
+
+def test_a_noisy_page_is_routed_unread_and_its_document_takes_the_accurate_result(
+    stack: object,
+    topics: KafkaSettings,
+    s3_settings: S3Settings,
+    object_store: ObjectStore,
+    pages: dict[str, tuple[bytes, str]],
+) -> None:
+    pipeline, results = run_with_accurate_pool(stack, topics, s3_settings, pages, ENV)
     assert [(r.pool, r.provisional) for r in results["clean"]] == [("primary", False)]
     # The noisy page: no reading by the fast pool at all, only the accurate pool's.
     assert [(r.pool, r.provisional) for r in results["degraded"]] == [("accurate", False)]
@@ -124,19 +151,8 @@ def test_a_noisy_page_is_routed_unread_and_its_document_takes_the_accurate_resul
     assert cer(final, pages["degraded"][1]) < cer(fast, pages["degraded"][1])
     assert document(object_store, "clean")["pages"][0]["engine"]["model"] == "ppocrv6-tiny"
 
-    def counted() -> bool:
-        return (
-            pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
-                            outcome="routed_early") == 1
-            and pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
-                                outcome="routed") == 0
-            and pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
-                                outcome="kept") == 1
-            and pipeline.metric("accurate", "ocrstream_routing_total", pool="accurate",
-                                outcome="kept") == 1
-        )  # fmt: skip
-
-    wait_until(counted, 30, "the routing counters of both pools")
+    wait_for_routing_counts(pipeline, {("worker", "routed_early"): 1, ("worker", "routed"): 0,
+                                       ("worker", "kept"): 1, ("accurate", "kept"): 1})  # fmt: skip
 
 
 def test_a_degraded_page_is_routed_and_its_document_takes_the_accurate_result(
@@ -149,18 +165,7 @@ def test_a_degraded_page_is_routed_and_its_document_takes_the_accurate_result(
     # A long provisional wait: the degraded document can only finish with the accurate result.
     # The early rule off: the fast model reads the page, and its confidences route it.
     env = {**ENV, **LATE_ONLY, "OCRSTREAM_ASSEMBLER_PROVISIONAL_WAIT_S": "900"}
-    pipeline, witness = stack(engine="real", env=env)  # type: ignore[operator]
-    add_accurate_worker(pipeline)
-    pipeline.start("splitter", "worker", "assembler", "accurate")
-    client = OcrClient(topics, s3_settings)
-    for doc_id, (data, _) in pages.items():
-        client.submit(data, doc_id=doc_id, outputs=("json", "txt"))
-    witness.wait_done(set(pages), 600, pipeline)
-    client.close()
-
-    events = witness.terminal()
-    assert {d: events[d][0].status for d in pages} == {d: DocumentStatus.COMPLETED for d in pages}
-    results = {d: [r for r in witness.page_results() if r.doc_id == d] for d in pages}
+    pipeline, results = run_with_accurate_pool(stack, topics, s3_settings, pages, env)
     # The clean page: one result, the fast pool's, final.
     assert [(r.pool, r.provisional) for r in results["clean"]] == [("primary", False)]
     # The degraded page: the fast pool's provisional answer, then the accurate pool's.
@@ -182,19 +187,9 @@ def test_a_degraded_page_is_routed_and_its_document_takes_the_accurate_result(
     assert document(object_store, "clean")["pages"][0]["engine"]["model"] == "ppocrv6-tiny"
 
     # The metrics: the fast pool answered two pages and routed one; the accurate pool kept it.
-    def counted() -> bool:
-        return (
-            pipeline.metric("worker", "ocrstream_routing_total", pool="primary", outcome="routed")
-            == 1
-            and pipeline.metric("worker", "ocrstream_routing_total", pool="primary",
-                                outcome="kept") == 1
-            and pipeline.metric("accurate", "ocrstream_routing_total", pool="accurate",
-                                outcome="kept") == 1
-            and pipeline.metric("accurate", "ocrstream_routing_total", pool="accurate",
-                                outcome="routed") == 0
-        )  # fmt: skip
-
-    wait_until(counted, 30, "the routing counters of both pools")
+    counts = {("worker", "routed"): 1, ("worker", "kept"): 1, ("accurate", "kept"): 1,
+              ("accurate", "routed"): 0}  # fmt: skip
+    wait_for_routing_counts(pipeline, counts)
 
 
 def test_without_an_accurate_pool_the_provisional_result_completes_the_document(
