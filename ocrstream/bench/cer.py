@@ -119,7 +119,7 @@ def overlap_matrix(
     """IoU of every (pred, gt) pair, and whether a centre of one lies inside the other."""
     import shapely
 
-    iou = np.zeros((len(pred), len(gt)))
+    iou: np.ndarray = np.zeros((len(pred), len(gt)))
     contains = np.zeros((len(pred), len(gt)), dtype=bool)
     if not pred or not gt:
         return iou, contains

@@ -194,7 +194,7 @@ def crop_sizes(
     """Per quad: crop width, height and whether it is turned 90° (as ``geometry.crop_quad``)."""
     from ocrstream.processors.ocr.geometry import VERTICAL_RATIO
 
-    q = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
+    q: np.ndarray = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
     w = np.maximum(
         np.linalg.norm(q[:, 0] - q[:, 1], axis=1), np.linalg.norm(q[:, 2] - q[:, 3], axis=1)
     )
@@ -248,7 +248,7 @@ def crop_lines(
     if len(quads) == 0:
         return []
     device = image.device
-    q = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
+    q: np.ndarray = np.asarray(quads, dtype=np.float64).reshape(-1, 4, 2)
     cw, ch, turned = crop_sizes(q)
     # a turned crop is read from the quad starting at its top-right corner (rot90 CCW)
     q = np.where(turned[:, None, None], np.roll(q, -1, axis=1), q)
