@@ -36,7 +36,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocrstream.errors import FatalError, PoisonError
+from ocrstream.errors import PoisonError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks, refine_regions
@@ -45,6 +45,7 @@ from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureM
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import (
+    CPU_BACKENDS,
     REC_STREAMS,
     create_stages,
     det_options,
@@ -72,9 +73,6 @@ ImageBGR = npt.NDArray[np.uint8]
 PageInput = bytes | bytearray | memoryview | npt.NDArray[np.generic]
 
 CLS_SHAPE = (48, 192)
-# Backends that run on the CPU here: their rec model gets the compact CTC head
-# (models.ctc_best_model) and two streams of rec batches side by side.
-CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
 CLS_THRESH = 0.9
 TABLE_MARGIN = 8  # pixels around a table region in its crop for the table model
 REGION_MARGIN = 8  # pixels added around a key-field region's crop (edge pixels repeated)
@@ -239,16 +237,7 @@ class OcrEngine:
         """Match the dictionary to the rec model's classes (with or without the space)."""
         probe = np.zeros((1, 3, self.rec_params.height, self.rec_params.min_width), np.float32)
         classes = self._rec_classes or int(self._rec.run(probe).shape[-1])
-        charset = self.models.charset
-        if classes == len(charset):
-            return charset
-        if classes == len(charset) - 1:
-            return charset[:-1]  # trained without use_space_char
-        raise FatalError(
-            f"rec model {self.models.rec_path} has {classes} classes but the dictionary gives "
-            f"{len(charset)} (blank + {len(charset) - 2} characters + space)",
-            code="model_invalid",
-        )
+        return rec_mod.match_charset(classes, self.models.charset, self.models.rec_path)
 
     # --- the batch call -------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
+from ocrstream.errors import FatalError
+
 ImageBGR = npt.NDArray[np.uint8]
 FloatArray = npt.NDArray[np.float32]
 
@@ -112,3 +114,17 @@ def ctc_greedy(probs: FloatArray, charset: Sequence[str]) -> list[tuple[str, flo
         text = "".join(charset[c] if c < n_chars else "" for c in chars.tolist())
         out.append((text, float(sums[row] / counts[row])))
     return out
+
+
+def match_charset(classes: int, charset: Sequence[str], model: object) -> tuple[str, ...]:
+    """The dictionary matched to a rec model's number of output classes: all of it, or all but
+    the space (a model trained without ``use_space_char``); FatalError otherwise."""
+    if classes == len(charset):
+        return tuple(charset)
+    if classes == len(charset) - 1:
+        return tuple(charset[:-1])
+    raise FatalError(
+        f"rec model {model} has {classes} classes but the dictionary gives "
+        f"{len(charset)} (blank + {len(charset) - 2} characters + space)",
+        code="model_invalid",
+    )

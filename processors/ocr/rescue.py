@@ -32,18 +32,15 @@ from typing import Any
 
 import numpy as np
 
-from ocrstream.errors import FatalError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr import rec as rec_mod
-from ocrstream.processors.ocr.backends import create, session_options
+from ocrstream.processors.ocr.backends import CPU_BACKENDS, create, rec_options
 from ocrstream.processors.ocr.backends.base import Backend
 from ocrstream.processors.ocr.geometry import crop_quad
 from ocrstream.processors.ocr.models import ctc_best_model, file_digest, load_model_set
 from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
 from ocrstream.processors.page_key import engine_fingerprint
 from ocrstream.settings import OcrSettings
-
-CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
 
 
 class LineRescue:
@@ -66,24 +63,11 @@ class LineRescue:
             compact = ctc_best_model(models.rec_path, settings.engine_cache_dir)
             if compact is not None:
                 path, classes = compact
-        h = self.params.height
-        options = session_options(
-            settings,
-            min_shape=(1, 3, h, 32),
-            opt_shape=(settings.rec_batch, 3, h, 640),
-            max_shape=(max(1, settings.rec_batch), 3, h, self.params.max_width),
-        )
-        self._rec = backend.load(path, "rec", options)
-        probe = np.zeros((1, 3, h, self.params.min_width), np.float32)
+        # one stream: the rescue reads a page's few weak lines in one batch
+        self._rec = backend.load(path, "rec", rec_options(settings, self.params, streams=1))
+        probe = np.zeros((1, 3, self.params.height, self.params.min_width), np.float32)
         classes = classes or int(self._rec.run(probe).shape[-1])
-        charset = models.charset
-        if classes not in (len(charset), len(charset) - 1):
-            raise FatalError(
-                f"rescue rec model {models.rec_path} has {classes} classes, its dictionary "
-                f"{len(charset)}",
-                code="model_invalid",
-            )
-        self._charset = charset[:classes]
+        self._charset = rec_mod.match_charset(classes, models.charset, models.rec_path)
 
     def fingerprint_part(self) -> dict[str, object]:
         """What the rescue adds to an engine's fingerprint: its model file and threshold."""

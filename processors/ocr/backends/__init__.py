@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 # What resolve() answers for ``auto`` on the CPU with several CPU backends installed: the
 # backend of each stage is then measured (:func:`create_stages`).
 AUTO_CPU = "auto"
+# Backends that run on the CPU here: their rec model gets the compact CTC head
+# (models.ctc_best_model) and, in the engine, REC_STREAMS streams of rec batches side by side.
+CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
 # Rec on the CPU runs as this many batches side by side (the engine's rec thread pool).
 REC_STREAMS = 2
 
