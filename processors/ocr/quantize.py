@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -104,13 +103,9 @@ def int8_kinds(model: str) -> frozenset[str]:
 
 
 def _versions() -> str:
-    def version(name: str) -> str:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return "none"
+    from ocrstream.processors.ocr.models import package_version
 
-    return f"nncf-{version('nncf')} openvino-{version('openvino')}"
+    return f"nncf-{package_version('nncf')} openvino-{package_version('openvino')}"
 
 
 def cache_key(source_sha256: str, shape: str, calibration: Calibration) -> str:

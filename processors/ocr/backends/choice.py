@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -45,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.processors.ocr.backends.base import InferSession
-from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest
+from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest, package_version
 from ocrstream.settings import OcrSettings
 
 log = logging.getLogger(__name__)
@@ -99,17 +98,6 @@ def cpu_identity() -> tuple[str, str]:
     return name, hashlib.sha256(flags.encode()).hexdigest()[:16]
 
 
-def _version(module: str) -> str:
-    """The installed version of the distribution that provides ``module`` (looked up by the
-    module's own name first: scanning every distribution costs ~0.1 s of start-up)."""
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        return importlib.metadata.version(module)
-    for dist in importlib.metadata.packages_distributions().get(module, []):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            return importlib.metadata.version(dist)
-    return "unknown"
-
-
 def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]) -> dict[str, Any]:
     """Everything the measured choice depends on (its cache key is this, hashed)."""
     cpu, flags = cpu_identity()
@@ -118,7 +106,7 @@ def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]
         "cpu_flags": flags,
         "arch": platform.machine(),
         "threads": max(1, settings.threads),
-        "backends": {k: _version(k) for k in candidates},
+        "backends": {k: package_version(k) for k in candidates},
         "models": {"det": file_digest(models.det_path), "rec": file_digest(models.rec_path)},
         "rec_height": settings.rec_height,
     }
