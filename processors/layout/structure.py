@@ -95,6 +95,11 @@ def _inter(a: BBox, b: BBox) -> float:
     return _area((max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])))
 
 
+def _mostly_in(b: BBox, box: BBox) -> bool:
+    """Whether at least half of ``b`` lies inside ``box``."""
+    return _inter(b, box) >= 0.5 * max(_area(b), 1e-6)
+
+
 def _union(boxes: Sequence[BBox]) -> BBox:
     return (
         min(b[0] for b in boxes),
@@ -220,7 +225,7 @@ def refine_regions(
     out = list(detections)
     boxes = [line_box(line) for line in lines]
     for n, d in enumerate(out):
-        inside = [b for b in boxes if _inter(b, d.bbox) >= 0.5 * max(_area(b), 1e-6)]
+        inside = [b for b in boxes if _mostly_in(b, d.bbox)]
         wide = [b for b in inside if b[2] - b[0] > CELL_WIDTH * width]
         if d.label == "table" and len(inside) >= 3 and 2 * len(wide) >= len(inside):
             x0, y0 = d.bbox[:2]
@@ -229,7 +234,7 @@ def refine_regions(
     for n, d in enumerate(out):
         if d.label != "figure":
             continue
-        inside = [b for b in boxes if _inter(b, d.bbox) >= 0.5 * max(_area(b), 1e-6)]
+        inside = [b for b in boxes if _mostly_in(b, d.bbox)]
         fw = d.bbox[2] - d.bbox[0]
         long_ = [b for b in inside if b[2] - b[0] >= 0.5 * fw]
         filled = any(
@@ -246,7 +251,7 @@ def _grids(boxes: Sequence[BBox], tables: Sequence[BBox], width: int, height: in
     """Boxes of the grids of short lines (see :func:`refine_regions`)."""
 
     def free(b: BBox) -> bool:
-        held = any(_inter(b, t) >= 0.5 * max(_area(b), 1e-6) for t in tables)
+        held = any(_mostly_in(b, t) for t in tables)
         return not held and b[1] >= BAND * height and b[3] <= (1 - BAND) * height
 
     short = [i for i, b in enumerate(boxes) if b[2] - b[0] <= CELL_WIDTH * width and free(b)]
@@ -284,10 +289,7 @@ def _grids(boxes: Sequence[BBox], tables: Sequence[BBox], width: int, height: in
         if sum(1 for r in rows if len(r) >= 2) < GRID_ROWS:
             continue
         bbox = _union([boxes[i] for r in rows for i in r])
-        crossed = any(
-            i not in parent and _inter(b, bbox) >= 0.5 * max(_area(b), 1e-6)
-            for i, b in enumerate(boxes)
-        )
+        crossed = any(i not in parent and _mostly_in(b, bbox) for i, b in enumerate(boxes))
         if not crossed:
             found.append(bbox)
     return found
