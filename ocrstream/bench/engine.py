@@ -429,15 +429,11 @@ def available(engine: str) -> bool:
 
 
 def machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import psutil
+
+    from ocrstream.processors.ocr.backends.choice import cpu_identity
+
+    cpu = cpu_identity()[0]  # the model name in /proc/cpuinfo, as auto's choice is keyed by
 
     info: dict[str, Any] = {
         "cpu": cpu,
