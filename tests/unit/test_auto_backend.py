@@ -30,19 +30,22 @@ class _Timed:
     device = "cpu"
     concurrency = 1
 
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, delay_s: float, stage: str = "") -> None:
         self.delay_s = delay_s
+        self.stage = stage
         self.runs = 0
+        self.shapes: set[tuple[int, ...]] = set()
 
     def run(self, batch: np.ndarray) -> np.ndarray:
         self.runs += 1
+        self.shapes.add(batch.shape)
         time.sleep(self.delay_s)
         return batch
 
 
 def _loader(slow: dict[tuple[str, str], float], made: list[_Timed]):  # type: ignore[no-untyped-def]
     def load(key: str, stage: str) -> _Timed:
-        session = _Timed(slow.get((key, stage), 0.0))
+        session = _Timed(slow.get((key, stage), 0.0), stage)
         made.append(session)
         return session
 
@@ -70,11 +73,31 @@ def test_each_stage_takes_the_backend_measured_faster(tmp_path: Path, both_insta
     assert found.stages == {"det": "openvino", "rec": "onnxruntime"}
     assert found.measured
     assert found.seconds["rec"]["openvino"] >= 0.08 > found.seconds["rec"]["onnxruntime"]
-    assert all(s.runs == 1 + choice.ROUNDS for s in made)  # warmed up, then timed
+    shapes = choice.input_shapes(settings)
+    assert all(s.runs == (1 + choice.ROUNDS) * len(shapes[s.stage]) for s in made)  # warm-up
     kept = json.loads(found.path.read_text())
     assert kept["stages"] == found.stages
     assert kept["machine"]["threads"] == 1
     assert kept["machine"]["cpu"] == choice.cpu_identity()[0]
+
+
+def test_it_measures_the_shapes_the_engine_runs(tmp_path: Path, both_installed: None):
+    """Det a full page at the engine's pixel budget, rec whole batches of short and of long
+    lines: on a small det input the other backend can win (it did, on an AMD EPYC)."""
+    settings = _settings(tmp_path, det_limit_side=1280)
+    made: list[_Timed] = []
+    choice.choose(settings, load_model_set("ppocrv6-tiny"), loader=_loader({}, made))
+    det = set().union(*(s.shapes for s in made if s.stage == "det"))
+    rec = set().union(*(s.shapes for s in made if s.stage == "rec"))
+    assert det == {(1, 3, 1280, 896)}  # an A4 page at a 1,280-px budget (1280 x 905, snapped)
+    assert {shape[3] for shape in rec} == {320, 1600}
+    assert all(n * width <= settings.rec_batch_pixels for n, _, _, width in rec)
+    assert max(n for n, *_ in rec) > 1  # batches, as the engine runs them, not single lines
+    # Another budget is another measurement, kept apart.
+    other = choice.choose(
+        _settings(tmp_path), load_model_set("ppocrv6-tiny"), loader=_loader({}, [])
+    )
+    assert other.measured
 
 
 def test_a_kept_choice_is_reused_and_a_new_thread_count_is_measured(

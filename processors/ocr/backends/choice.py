@@ -5,11 +5,20 @@ the model, and not the same way for det and rec (on a 2-vCPU Xeon OpenVINO's det
 onnxruntime's at any thread count while its rec on one thread was 2-3x slower). So ``auto``
 follows a measurement, never a fixed rule: the first time an engine starts on a machine,
 each installed CPU backend (OpenVINO, onnxruntime) loads det and rec with the options the
-engine uses and runs a small generated input (:data:`DET_INPUT`; :data:`REC_LINES` lines of
-:data:`REC_WIDTH` px, split over the rec streams as the engine runs them), warmed up once,
-then :data:`ROUNDS` rounds with the backends' order alternating, best time kept. Each stage
-takes the faster backend; the engine loads det (and cls, orientation, layout) on det's and
-rec on rec's.
+engine uses and runs generated input of the shapes the engine gives them (:func:`inputs`):
+det one page at the engine's pixel budget (an A4 page at ``det_limit_side``, the shape every
+page of a scanner's resolution gets), rec two batches as the engine plans them, short lines
+(:data:`REC_WIDTHS` 320 px: receipt fields, table cells) and long ones (1,600 px: a line
+across an A4 page), each as wide as ``rec_batch_pixels`` allows and split over the rec
+streams. Each is warmed up once, then :data:`ROUNDS` rounds run with the backends' order
+alternating, best time kept. Each stage takes the faster backend; the engine loads det (and
+cls, orientation, layout) on det's and rec on rec's.
+
+The input's size decides the answer, so it must be the engine's: on a 2-vCPU AMD EPYC
+(Zen 3) onnxruntime ran a 512×384 det input in 37 ms against OpenVINO's 55, while on the
+1,600×1,120 input every A4 page and receipt gets OpenVINO took 419 ms against 761
+(docs/benchmarks.md, session 7); format 1 of the kept file measured the small input and
+is measured again.
 
 The choice is kept in ``engine_cache_dir/auto-backend/<key>.json``, the key being the SHA-256
 of what the result depends on (:func:`machine`: the CPU's model name and flags, the
@@ -51,10 +60,9 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = ("openvino", "onnxruntime")
 STAGES = ("det", "rec")
-FORMAT = 1
-DET_INPUT = (1, 3, 512, 384)  # a page's worth of det input, scaled down to keep this short
-REC_LINES = 8
-REC_WIDTH = 384
+FORMAT = 2  # 1 measured a 512x384 det input: too small to tell the backends apart
+A4_PAGE = (3508, 2480)  # a 300-DPI A4 page, height x width: det's input is its budget's shape
+REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
 FOLDER = "auto-backend"
 
@@ -109,7 +117,24 @@ def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]
         "backends": {k: package_version(k) for k in candidates},
         "models": {"det": file_digest(models.det_path), "rec": file_digest(models.rec_path)},
         "rec_height": settings.rec_height,
+        "inputs": {
+            stage: [list(x) for x in shapes] for stage, shapes in input_shapes(settings).items()
+        },
     }
+
+
+def input_shapes(settings: OcrSettings) -> dict[str, list[tuple[int, ...]]]:
+    """The NCHW shapes measured per stage: what the engine gives det for a full page, and rec
+    batches of short and of long lines, each as many lines as one of the engine's batches
+    holds (``rec_batch`` lines, ``rec_batch_pixels`` of summed width)."""
+    from ocrstream.processors.ocr.det import DetParams, det_shape
+
+    h, w = det_shape(*A4_PAGE, DetParams(limit_side=settings.det_limit_side))
+    rec: list[tuple[int, ...]] = []
+    for width in REC_WIDTHS:
+        lines = max(1, min(settings.rec_batch, settings.rec_batch_pixels // width))
+        rec.append((lines, 3, settings.rec_height, width))
+    return {"det": [(1, 3, h, w)], "rec": rec}
 
 
 def cache_key(fields: dict[str, Any]) -> str:
@@ -199,7 +224,7 @@ def choose(
                 return cached
         start = time.perf_counter()
         load = loader or default_loader(settings, models)
-        seconds = measure(candidates, load, settings.rec_height)
+        seconds = measure(candidates, load, input_shapes(settings))
         took = time.perf_counter() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path)
@@ -239,23 +264,27 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
 
 
 def measure(
-    candidates: tuple[str, ...], load: Loader, rec_height: int = 48
+    candidates: tuple[str, ...], load: Loader, shapes: dict[str, list[tuple[int, ...]]]
 ) -> dict[str, dict[str, float]]:
-    """Best time per stage and backend on the generated input (see the module docstring)."""
+    """Per stage and backend, the best over :data:`ROUNDS` of the time to run every input of
+    ``shapes[stage]`` (random values: the time of these networks does not depend on them)."""
     rng = np.random.default_rng(0)
-    det_x = rng.uniform(-1, 1, DET_INPUT).astype(np.float32)
     sessions = {(k, stage): load(k, stage) for k in candidates for stage in STAGES}
-    rec_x = rng.uniform(-1, 1, (REC_LINES, 3, rec_height, REC_WIDTH)).astype(np.float32)
-    inputs = {"det": det_x, "rec": rec_x}
+    inputs = {
+        stage: [rng.uniform(-1, 1, shape).astype(np.float32) for shape in shapes[stage]]
+        for stage in STAGES
+    }
     best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     for stage in STAGES:
         for k in candidates:
-            _run(sessions[(k, stage)], inputs[stage])  # warm-up: first-shape compilation
+            for x in inputs[stage]:
+                _run(sessions[(k, stage)], x)  # warm-up: first-shape compilation
         for n in range(ROUNDS):
             order = candidates if n % 2 == 0 else candidates[::-1]
             for k in order:
                 start = time.perf_counter()
-                _run(sessions[(k, stage)], inputs[stage])
+                for x in inputs[stage]:
+                    _run(sessions[(k, stage)], x)
                 took = time.perf_counter() - start
                 best[stage][k] = min(best[stage].get(k, took), took)
     return {stage: {k: round(best[stage][k], 4) for k in candidates} for stage in STAGES}
