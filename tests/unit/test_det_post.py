@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
-from ocrstream.processors.ocr.det import DetParams, boxes_from_map, det_shape, plan_batches
+from ocrstream.processors.ocr.det import (
+    DetParams,
+    boxes_from_map,
+    det_shape,
+    normalise,
+    plan_batches,
+)
 
 
 def _map(h: int, w: int, rects: list[tuple[int, int, int, int]], p: float = 0.9) -> np.ndarray:
@@ -82,3 +89,17 @@ def test_det_batches_only_group_pages_of_one_shape():
     for shape, idx in batches:
         assert len(idx) <= 2
         assert all(shapes[i] == shape for i in idx)
+
+
+@pytest.mark.parametrize("shape", [(64, 96), (160, 64)])  # smaller and larger than the page
+def test_det_input_is_the_page_normalised_by_the_models_mean_and_std(shape: tuple[int, int]):
+    rng = np.random.default_rng(3)
+    page = rng.integers(0, 256, (120, 80, 3), dtype=np.uint8)
+    params = DetParams(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    got = normalise(page, shape, params)
+    interp = cv2.INTER_AREA if shape[0] * shape[1] < 120 * 80 else cv2.INTER_LINEAR
+    resized = cv2.resize(page, shape[::-1], interpolation=interp).astype(np.float32) / 255.0
+    want = ((resized - np.array(params.mean)) / np.array(params.std)).transpose(2, 0, 1)
+    assert (got.shape, got.dtype) == ((3, *shape), np.float32)
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, atol=1e-5)
