@@ -10,6 +10,12 @@ are keyed by doc_id), so an event's id — the offsets of the last record sent o
 with ``Last-Event-ID`` the stream skips those and goes on. The stream ends after the terminal
 event, or after ``ApiSettings.events_max_s`` (the client reconnects with its last id). A
 reprocessed document streams the latest revision the API knows of when the stream opens.
+
+The consumer fetches the three topics independently, so the terminal record can arrive before
+page results or progress written ahead of it (a resumed stream, which skips what was seen,
+meets this often). The terminal event is therefore held until every page-results and progress
+partition has been read up to its end as of the moment the terminal record arrived: no page a
+document completed with is left out of its stream.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ _ID = re.compile(r"r(-?\d+)\.p(-?\d+)\.d(-?\d+)")
 KINDS = {topics.PAGE_RESULTS: "r", topics.PROGRESS: "p", topics.DOCUMENTS: "d"}
 SLACK_MS = 60_000  # records stamped a little before the submission time (clock skew)
 HEARTBEAT_S = 15.0
+DRAIN_S = 10.0  # the most the terminal event waits for the other topics to be read to their end
 
 
 @dataclass
@@ -100,12 +107,29 @@ def stream(
             md = consumer.list_topics(topic, timeout=10)
             partitions = md.topics[topic].partitions if topic in md.topics else {}
             wanted += [TopicPartition(topic, p, start_ms) for p in partitions]
-        consumer.assign(consumer.offsets_for_times(wanted, timeout=10))
+        start = consumer.offsets_for_times(wanted, timeout=10)
+        for tp in start:
+            if tp.offset < 0:  # nothing at or after the time yet: from the end as it is now
+                tp.offset = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        consumer.assign(start)
         kind_of = {kafka.topic(name): kind for name, kind in KINDS.items()}
+        # the offset of the next record to read on each partition, whatever it holds
+        reading = {(tp.topic, tp.partition): tp.offset for tp in start}
         yield b": stream of " + doc_id.encode() + b"\n\n"
         started = last_beat = time.monotonic()
         pages_sent: set[int] = set()
+        held: DocumentEvent | None = None  # the terminal record, until the others are read
+        ends: dict[tuple[str, int], int] = {}
+        drain_until = 0.0
+        held_at = -1
         while time.monotonic() - started < max_s:
+            caught_up = all(reading[tp] >= end for tp, end in ends.items())
+            if held is not None and (caught_up or time.monotonic() > drain_until):
+                # its id covers the pages and progress read while it waited; the events before
+                # it do not name it, so a client resuming from one of them still gets it
+                position.d = held_at
+                yield sse("terminal", describe(held), str(position))
+                return
             msg = consumer.poll(0.5)
             now = time.monotonic()
             if msg is None or msg.error() is not None:
@@ -115,6 +139,8 @@ def stream(
                 continue
             kind = kind_of.get(msg.topic() or "")
             offset = msg.offset() or 0
+            if kind is not None:
+                reading[(msg.topic() or "", msg.partition() or 0)] = offset + 1
             if kind is None or offset <= getattr(position, kind) or msg.value() is None:
                 continue
             try:
@@ -125,18 +151,24 @@ def stream(
                 continue
             if getattr(record, "revision", 1) < revision:
                 continue
+            if isinstance(record, DocumentEvent):
+                if held is None:  # a second terminal record (a redelivery): the first stands
+                    held, held_at = record, offset
+                    ends = {
+                        (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1]
+                        for tp in start
+                        if kind_of[tp.topic] != KINDS[topics.DOCUMENTS]
+                    }
+                    drain_until = time.monotonic() + DRAIN_S
+                continue
             setattr(position, kind, offset)
             if isinstance(record, DocumentProgress):
                 done = {"pages_done": record.pages_done, "page_count": record.page_count,
                         "pages_failed": record.pages_failed}  # fmt: skip
                 yield sse("progress", done, str(position))
-            elif isinstance(record, PageResult):
-                if record.page_no not in pages_sent:  # a redelivered page comes once
-                    pages_sent.add(record.page_no)
-                    yield sse("page", page_data(record), str(position))
-            elif isinstance(record, DocumentEvent):
-                yield sse("terminal", describe(record), str(position))
-                return
+            elif isinstance(record, PageResult) and record.page_no not in pages_sent:
+                pages_sent.add(record.page_no)  # a redelivered page comes once
+                yield sse("page", page_data(record), str(position))
     except KafkaException as e:
         log.warning("events of %s: Kafka: %s", doc_id, e)
         yield b'event: error\ndata: {"error": "kafka_unavailable"}\n\n'
