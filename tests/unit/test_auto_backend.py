@@ -228,6 +228,26 @@ def test_an_engine_with_det_and_rec_on_different_backends_reads_a_page(tmp_path:
 
 
 @needs_both
+def test_the_int8_profile_runs_its_fp32_rec_where_auto_measured_rec_fastest(tmp_path: Path):
+    from ocrstream.processors.ocr.quantize import int8_kinds
+
+    assert "rec" not in int8_kinds("ppocrv6-tiny")  # the profile quantises det only
+    models = load_model_set("ppocrv6-tiny")
+    # rec measured faster on onnxruntime, det on openvino
+    choice.choose(_settings(tmp_path), models, loader=_loader(SLOW, []))
+    stages = create_stages(_settings(tmp_path, precision="int8"), models)
+    assert {k: b.name for k, b in stages.items()} == {"det": "openvino", "rec": "onnxruntime"}
+    # and where OpenVINO's rec was measured faster, both run there
+    other = tmp_path / "other"
+    choice.choose(_settings(other), models, loader=_loader({("onnxruntime", "rec"): 0.08}, []))
+    stages = create_stages(_settings(other, precision="int8"), models)
+    assert {k: b.name for k, b in stages.items()} == {"det": "openvino", "rec": "openvino"}
+    # a backend named by the settings is used for both, as before
+    named = create_stages(_settings(tmp_path, precision="int8", backend="openvino"), models)
+    assert {b.name for b in named.values()} == {"openvino"}
+
+
+@needs_both
 def test_engine_calibrate_measures_again_and_prints_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

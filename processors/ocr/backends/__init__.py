@@ -36,9 +36,10 @@ than onnxruntime's: which is why the choice is made per stage, and per machine.
 OpenVINO's own default on that CPU would be bf16, which was slower there (0.23 s det, 0.82 s
 rec for 32 lines at 48×480) and changes the probabilities by ~0.05, so it runs in f32.
 
-Precision ``int8`` (the CPU's INT8 profile, :mod:`ocrstream.processors.ocr.quantize`) runs on
-OpenVINO only: ``auto`` then means OpenVINO at any thread count, and any other backend, or a
-GPU, is a :class:`FatalError` (``bad_config``).
+Precision ``int8`` (the CPU's INT8 profile, :mod:`ocrstream.processors.ocr.quantize`) runs its
+INT8 models on OpenVINO only: ``auto`` then means OpenVINO for them at any thread count, while a
+model the profile keeps in fp32 (rec, by default) runs where ``auto`` measured fp32 fastest; any
+other backend, or a GPU, is a :class:`FatalError` (``bad_config``).
 
 ``auto`` on a CUDA device is TensorRT when ``tensorrt`` imports, else torch. A GPU backend that
 was asked for and cannot start raises :class:`FatalError`; nothing falls back to the CPU.
@@ -148,14 +149,24 @@ def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict
     one the settings name, or for ``auto`` on the CPU the ones measured fastest on this
     machine (:func:`.choice.choose`, kept in the engine cache after the first time)."""
     key = resolve(settings)
-    if key != AUTO_CPU:
+    fp32_rec = settings.precision == "int8" and OcrBackend(settings.backend) is OcrBackend.AUTO
+    if fp32_rec:
+        from ocrstream.processors.ocr.backends.choice import installed
+        from ocrstream.processors.ocr.quantize import int8_kinds
+
+        fp32_rec = "rec" not in int8_kinds(settings.model) and len(installed()) > 1
+    if key != AUTO_CPU and not fp32_rec:
         backend = create_key(key)
         return {"det": backend, "rec": backend}
     from ocrstream.processors.ocr.backends.choice import choose
     from ocrstream.processors.ocr.models import load_model_set
 
     models = models or load_model_set(settings.model, settings.model_dir)
-    stages = choose(settings, models).stages
+    stages = dict(choose(settings, models).stages)
+    if fp32_rec:
+        # The int8 profile with an fp32 rec: INT8 det on OpenVINO, rec where ``auto``
+        # measured fp32 rec fastest (on an AMD EPYC with VNNI, onnxruntime: 1.1-1.4x).
+        stages["det"] = key
     made = {key: create_key(key) for key in set(stages.values())}
     return {stage: made[key] for stage, key in stages.items()}
 
