@@ -232,6 +232,12 @@ class OcrSettings(BaseSettings):
     # turns it off: on the dev sets it did not beat the fixed budget (docs/benchmarks.md).
     det_line_height: float = 0.0
     det_max_limit_side: int = 2880
+    # One det pass at the largest input the budget gives, when the engine starts on OpenVINO:
+    # it sizes OpenVINO's buffers once, so that each larger page later does not (a new input
+    # shape larger than any before cost 70-100 ms more on v6 tiny; 20 receipts of 20 sizes
+    # read 15-20% faster after it, docs/benchmarks.md). Costs one pass at start-up
+    # (`ocrstream ocr` on one file skips it).
+    det_warmup: bool = True
 
     @property
     def on_cpu(self) -> bool:

@@ -21,6 +21,7 @@ engine cannot start, 0 otherwise (a document with some failed pages is ``partial
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -208,6 +209,8 @@ def ocr(
         )
         if value is not None
     }
+    if len(files) == 1 and "OCRSTREAM_OCR_DET_WARMUP" not in os.environ:
+        overrides["det_warmup"] = False  # one file: its own pages are all the engine will see
     try:
         settings = OcrSettings(**overrides)
         engine = make_engine(settings)

@@ -76,6 +76,7 @@ CLS_SHAPE = (48, 192)
 CLS_THRESH = 0.9
 TABLE_MARGIN = 8  # pixels around a table region in its crop for the table model
 REGION_MARGIN = 8  # pixels added around a key-field region's crop (edge pixels repeated)
+WARMUP_PAGE = (3508, 2480)  # a 300-DPI A4 page (height, width): det's warm-up input is its shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,8 @@ class OcrEngine:
                 self.models.orientation_path, "cls", opt_shape=(8, 3, 224, 224)
             )
         self._charset = self._check_charset()
+        if settings.det_warmup and self._backend.name == "openvino":
+            self._warm_det()
         self._layout: LayoutDetector | None = None
         self._tables: TableStructureModel | None = None
         self._fingerprint_models: dict[str, str] | None = None
@@ -232,6 +235,18 @@ class OcrEngine:
 
         options = session_options(self.settings, **shape)
         return self._backend.load(Path(str(path)), kind, options)  # type: ignore[arg-type]
+
+    def _warm_det(self) -> None:
+        """One det pass on a blank input of the largest shape the budget gives (an A4 page at
+        the budget, each side rounded up to 128 px for the other aspect ratios' snapping), so
+        OpenVINO sizes its buffers once instead of at each larger page."""
+        p = self.det_params
+        limit = p.max_limit_side if p.line_height > 0 else p.limit_side
+        h, w = det_mod.det_shape(*WARMUP_PAGE, dataclasses.replace(p, limit_side=limit))
+        shape = (1, 3, -(-h // 128) * 128, -(-w // 128) * 128)
+        start = time.perf_counter()
+        self._det.run(np.zeros(shape, np.float32))
+        log.debug("det warmed up on %s in %.0f ms", shape, (time.perf_counter() - start) * 1000)
 
     def _check_charset(self) -> tuple[str, ...]:
         """Match the dictionary to the rec model's classes (with or without the space)."""

@@ -219,3 +219,23 @@ def test_layout_markdown_to_a_folder_writes_the_figure_crops_it_links(
     crop = cv2.imread(str(out / "report.figures" / "p2-1.png"))
     assert crop is not None
     assert crop.shape[1] > 300  # the picture, at 150 DPI
+
+
+def test_one_file_skips_the_det_warm_up_that_many_files_pay_for(
+    monkeypatch: pytest.MonkeyPatch, ocr_engine, scan: Path, tmp_path: Path
+) -> None:
+    seen: list[bool] = []
+
+    def engine(settings):  # type: ignore[no-untyped-def]
+        seen.append(settings.det_warmup)
+        return ocr_engine
+
+    monkeypatch.setattr("ocrstream.cli.ocr.make_engine", engine)
+    monkeypatch.delenv("OCRSTREAM_OCR_DET_WARMUP", raising=False)
+    other = tmp_path / "other.jpg"
+    other.write_bytes(scan.read_bytes())
+    for args in ([str(scan)], [str(scan), str(other)]):
+        assert CliRunner().invoke(main, ["ocr", *args]).exit_code == 0
+    monkeypatch.setenv("OCRSTREAM_OCR_DET_WARMUP", "true")  # said by the user: kept
+    assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
+    assert seen == [False, True, True]

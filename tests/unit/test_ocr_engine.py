@@ -201,3 +201,49 @@ def test_fingerprint_follows_models_options_and_mode(
     assert text == OcrEngine(ocr_engine.settings).fingerprint("text")  # another process's
     assert text != ocr_engine.fingerprint("layout")
     assert text != fixing_engine.fingerprint("text")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("openvino") is None, reason="openvino is not installed"
+)
+def test_an_openvino_engine_sizes_det_once_at_start_and_reads_the_same():
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
+
+    real = create_key("openvino")
+    shapes: list[tuple[int, ...]] = []
+
+    class Recording:
+        """OpenVINO, with every det input shape written down."""
+
+        name = "openvino"
+
+        def load(self, path: Path, kind: ModelKind, options: SessionOptions):  # type: ignore[no-untyped-def]
+            session = real.load(path, kind, options)
+            if kind == "det":
+                run = session.run
+
+                def recorded(batch: np.ndarray) -> np.ndarray:
+                    shapes.append(tuple(batch.shape))
+                    return run(batch)
+
+                session.run = recorded  # type: ignore[method-assign]
+            return session
+
+    settings = OcrSettings(model="ppocrv6-tiny", threads=1)
+    warmed = OcrEngine(settings, backend=Recording())  # type: ignore[arg-type]
+    # one pass before any page: a 300-DPI A4 page at the 1600-px budget (1600 x 1120),
+    # each side rounded up to 128
+    assert shapes == [(1, 3, 1664, 1152)]
+    (page,) = warmed.recognize([render_text_page(LINES)])
+    assert len(shapes) == 2
+    assert shapes[1][2] * shapes[1][3] < 1664 * 1152
+    shapes.clear()
+    unwarmed = settings.model_copy(update={"det_warmup": False})
+    cold = OcrEngine(unwarmed, backend=Recording())  # type: ignore[arg-type]
+    assert shapes == []
+    (again,) = cold.recognize([render_text_page(LINES)])
+    assert [ln.text for ln in again.lines] == [ln.text for ln in page.lines]  # same text
+    assert cer(page.text, TRUTH) < 0.1, page.text
+    warmed.close()
+    cold.close()
