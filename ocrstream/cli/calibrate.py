@@ -39,9 +39,11 @@ def calibrate(model: str | None, threads: int | None) -> None:
     versions = ", ".join(f"{k} {v}" for k, v in m["backends"].items())
     click.echo(f"CPU {m['cpu']} ({m['arch']}), {m['threads']} threads; {versions}")
     click.echo(f"model {settings.model}, generated input; best of the timed runs, ms")
-    click.echo("stage  " + "".join(f"{k:>13}" for k in candidates) + "  auto")
+    columns = list(dict.fromkeys(k for times in found.seconds.values() for k in times))
+    click.echo("stage  " + "".join(f"{k:>15}" for k in columns) + "  auto")
     for stage, chosen in found.stages.items():
-        times = "".join(f"{found.seconds[stage][k] * 1000:>13.0f}" for k in candidates)
+        row = found.seconds[stage]
+        times = "".join(f"{row[k] * 1000:>15.0f}" if k in row else f"{'-':>15}" for k in columns)
         click.echo(f"{stage:<7}{times}  {chosen}")
     click.echo(f"measured in {found.took_s:.1f} s; kept in {found.path}")
     if OcrBackend(settings.backend) is not OcrBackend.AUTO:

@@ -175,16 +175,20 @@ class OcrEngine:
         self._fingerprint_models: dict[str, str] | None = None
         self._lock = threading.Lock()
         names = dict.fromkeys((self._backend.name, self._rec_backend.name))
+        # det in another precision than the settings' (auto's bf16 det, backends.choice)
+        self.det_precision: str | None = getattr(self._backend, "det_precision", None)
         self._info = EngineInfo(
             backend="+".join(names),  # "openvino", or det's + rec's: "openvino+onnxruntime"
             model=self.models.name,
             version=self.models.version
-            + (f" int8:{'+'.join(sorted(self.int8_models))}" if self.int8_models else ""),
+            + (f" int8:{'+'.join(sorted(self.int8_models))}" if self.int8_models else "")
+            + (f" det:{self.det_precision}" if self.det_precision else ""),
             device=settings.device,
         )
         log.info(
-            "OCR engine ready: %s on %s (%s), model %s",
+            "OCR engine ready: %s%s on %s (%s), model %s",
             self._info.backend,
+            f" (det in {self.det_precision})" if self.det_precision else "",
             self._info.device,
             settings.threads,
             self._info.model,
@@ -218,6 +222,8 @@ class OcrEngine:
             "det_params": repr(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
         }  # fmt: skip
+        if self.det_precision:  # only when set: the fingerprints of other engines stay as they were
+            options["det_precision"] = self.det_precision
         return engine_fingerprint(self._info.backend, models, options)
 
     @property

@@ -59,6 +59,8 @@ SLOW = {("openvino", "rec"): 0.08, ("onnxruntime", "det"): 0.08}
 @pytest.fixture
 def both_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(choice, "installed", lambda: ("openvino", "onnxruntime"))
+    # a CPU without bf16: det chooses between the two backends alone (a test may say otherwise)
+    monkeypatch.setattr(choice, "_cpuinfo", lambda: ("Some CPU", "avx2 fma sse4_2"))
 
 
 def _settings(tmp_path: Path, **kw: object) -> OcrSettings:
@@ -209,7 +211,8 @@ def test_the_engine_measures_on_first_use_and_the_next_process_reuses_it(tmp_pat
     assert kept.stat().st_mtime_ns == written
     a, b = json.loads(first.stdout), json.loads(second.stdout)
     assert a == b
-    assert b["backend"] == "+".join(dict.fromkeys((b["stages"]["det"], b["stages"]["rec"])))
+    names = (choice.backend_of(b["stages"][stage])[0] for stage in ("det", "rec"))
+    assert b["backend"] == "+".join(dict.fromkeys(names))
 
 
 @needs_both
@@ -225,6 +228,66 @@ def test_an_engine_with_det_and_rec_on_different_backends_reads_a_page(tmp_path:
     (page,) = engine.recognize([render_text_page(lines)])
     assert cer(page.text, "\n".join(lines)) < 0.05, page.text
     engine.close()
+
+
+def _flags(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
+    monkeypatch.setattr(choice, "_cpuinfo", lambda: ("Some CPU", flags))
+
+
+@pytest.mark.parametrize(
+    ("flags", "precision", "offered"),
+    [
+        ("avx2 avx512f avx512_bf16 fma", "fp16", True),  # the default precision, native bf16
+        ("amx_bf16 amx_tile avx512f", "fp16", True),
+        ("avx2 avx512f fma", "fp16", False),  # no bf16 on this CPU
+        ("avx512f avx512_bf16", "fp32", False),  # fp32 asked for
+        ("avx512f avx512_bf16", "int8", False),
+    ],
+)
+def test_det_is_offered_bf16_only_on_a_cpu_with_it_and_the_default_precision(
+    monkeypatch: pytest.MonkeyPatch, flags: str, precision: str, offered: bool
+):
+    _flags(monkeypatch, flags)
+    settings = OcrSettings(precision=precision)
+    found = choice.stage_candidates(settings, ("openvino", "onnxruntime"))
+    assert (choice.OPENVINO_BF16 in found["det"]) is offered
+    assert found["rec"] == ("openvino", "onnxruntime")
+    assert choice.OPENVINO_BF16 not in choice.stage_candidates(settings, ("onnxruntime",))["det"]
+
+
+@needs_both
+def test_a_bf16_det_measured_fastest_is_taken_and_named_in_results_and_the_cache_key(
+    tmp_path: Path, both_installed: None, monkeypatch: pytest.MonkeyPatch
+):
+    from ocrstream.processors.ocr.backends import DetPrecision
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    _flags(monkeypatch, "avx2 avx512f avx512_bf16")
+    models = load_model_set("ppocrv6-tiny")
+    made: list[_Timed] = []
+    slow = {**SLOW, ("openvino", "det"): 0.04}  # f32 det slower than bf16's (0 s)
+    found = choice.choose(_settings(tmp_path), models, loader=_loader(slow, made))
+    assert set(found.seconds["det"]) == {"openvino", "onnxruntime", choice.OPENVINO_BF16}
+    assert set(found.seconds["rec"]) == {"openvino", "onnxruntime"}
+    assert found.stages == {"det": choice.OPENVINO_BF16, "rec": "onnxruntime"}
+    assert choice.choose(_settings(tmp_path), models).stages == found.stages  # kept as is
+    stages = create_stages(_settings(tmp_path), models)
+    assert isinstance(stages["det"], DetPrecision)
+    assert (stages["det"].name, stages["det"].det_precision) == ("openvino", "bf16")
+    assert stages["rec"].name == "onnxruntime"
+
+    engine = OcrEngine(_settings(tmp_path))
+    lines = ["Invoice 2024-0117 for ACME Corporation", "Total amount due: 1,234.56 USD"]
+    (page,) = engine.recognize([render_text_page(lines)])
+    assert cer(page.text, "\n".join(lines)) < 0.05, page.text
+    assert engine.info.backend == "openvino+onnxruntime"
+    assert engine.info.version.endswith(" det:bf16")  # what each result's engine says
+    fp32 = OcrEngine(_settings(tmp_path / "fp32", precision="fp32"))
+    assert fp32.det_precision is None
+    assert not fp32.info.version.endswith("bf16")
+    assert engine.fingerprint("text") != fp32.fingerprint("text")  # the page cache keeps apart
+    engine.close()
+    fp32.close()
 
 
 @needs_both
@@ -260,14 +323,19 @@ def test_engine_calibrate_measures_again_and_prints_the_table(
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     rows = {line.split()[0]: line.split() for line in first.output.splitlines() if line}
-    assert rows["stage"] == ["stage", "openvino", "onnxruntime", "auto"]
+    header = rows["stage"][1:-1]
+    # the two backends, and det's bf16 candidate on a CPU with bf16 (measured for det only)
+    assert header[:2] == ["openvino", "onnxruntime"]
+    bf16 = choice.bf16_det(OcrSettings(), ("openvino",))
+    assert header[2:] == ([choice.OPENVINO_BF16] if bf16 else [])
     for stage in ("det", "rec"):
-        openvino_ms, onnxruntime_ms, chosen = rows[stage][1:]
-        assert chosen in ("openvino", "onnxruntime")
-        if openvino_ms != onnxruntime_ms:  # the faster of the two printed times
-            faster = "openvino" if float(openvino_ms) < float(onnxruntime_ms) else "onnxruntime"
-            assert chosen == faster
+        *cells, chosen = rows[stage][1:]
+        times = {k: float(v) for k, v in zip(header, cells, strict=True) if v != "-"}
+        assert chosen in times
+        assert times[chosen] == min(times.values())  # the fastest of the printed times
+    if len(header) == 3:
+        assert rows["rec"][3] == "-"  # rec is not measured in bf16
     settings = _settings(tmp_path)
     kept = choice.choose(settings, load_model_set("ppocrv6-tiny"))
     assert not kept.measured
-    assert kept.stages == {"det": rows["det"][3], "rec": rows["rec"][3]}
+    assert kept.stages == {"det": rows["det"][-1], "rec": rows["rec"][-1]}

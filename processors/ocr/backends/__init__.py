@@ -47,12 +47,14 @@ was asked for and cannot start raises :class:`FatalError`; nothing falls back to
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ocrstream.errors import FatalError
-from ocrstream.processors.ocr.backends.base import Backend, SessionOptions
+from ocrstream.processors.ocr.backends.base import Backend, InferSession, ModelKind, SessionOptions
 from ocrstream.settings import OcrBackend, OcrSettings
 
 if TYPE_CHECKING:
@@ -158,17 +160,38 @@ def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict
     if key != AUTO_CPU and not fp32_rec:
         backend = create_key(key)
         return {"det": backend, "rec": backend}
-    from ocrstream.processors.ocr.backends.choice import choose
+    from ocrstream.processors.ocr.backends.choice import backend_of, choose
     from ocrstream.processors.ocr.models import load_model_set
 
     models = models or load_model_set(settings.model, settings.model_dir)
-    stages = dict(choose(settings, models).stages)
+    # the int8 profile reads rec's choice from the default precision's measurement
+    measured = settings.model_copy(update={"precision": "fp16"}) if fp32_rec else settings
+    stages = dict(choose(measured, models).stages)
     if fp32_rec:
         # The int8 profile with an fp32 rec: INT8 det on OpenVINO, rec where ``auto``
         # measured fp32 rec fastest (on an AMD EPYC with VNNI, onnxruntime: 1.1-1.4x).
         stages["det"] = key
-    made = {key: create_key(key) for key in set(stages.values())}
-    return {stage: made[key] for stage, key in stages.items()}
+    made = {name: create_key(name) for name in {backend_of(k)[0] for k in stages.values()}}
+    out: dict[str, Backend] = {}
+    for stage, chosen in stages.items():
+        name, precision = backend_of(chosen)
+        out[stage] = made[name] if precision is None else DetPrecision(made[name], precision)
+    return out
+
+
+class DetPrecision:
+    """A backend whose det runs in ``precision`` (``auto``'s bf16 det, :mod:`.choice`); every
+    other model it loads (cls, orientation, layout, tables) runs as the settings say."""
+
+    def __init__(self, backend: Backend, precision: str) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.det_precision = precision
+
+    def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> InferSession:
+        if kind == "det":
+            options = dataclasses.replace(options, precision=self.det_precision)
+        return self.backend.load(model_path, kind, options)
 
 
 def create_key(key: str) -> Backend:

@@ -29,12 +29,21 @@ again. ``ocrstream engine calibrate`` measures again on demand. A lock file make
 that start together on a new machine measure once, one after the other, instead of side by
 side (which would skew both measurements).
 
+**BF16 det.** On a CPU that runs bf16 natively (``avx512_bf16`` or ``amx_bf16`` among its
+flags) and with the default precision (``fp16``: reduced precision where the device has it;
+``fp32`` asks for fp32 alone), det has a third candidate, :data:`OPENVINO_BF16`: OpenVINO with
+``INFERENCE_PRECISION_HINT=bf16``. It is taken only where it measured fastest (on an AMD EPYC
+Zen 5 its det ran A4 pages in half the time and read the dev sets as well as f32; on a Xeon
+without AMX bf16 was slower, docs/benchmarks.md). Rec is never measured in bf16 (its
+probabilities moved by ~0.05). The page cache keys results by the precision det ran in.
+
 ``OCRSTREAM_OCR_BACKEND=openvino|onnxruntime`` forces a backend: nothing is measured then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import importlib.util
@@ -60,7 +69,11 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = ("openvino", "onnxruntime")
 STAGES = ("det", "rec")
-FORMAT = 2  # 1 measured a 512x384 det input: too small to tell the backends apart
+# det on OpenVINO in bf16: a candidate where the CPU has bf16 and the precision allows it
+OPENVINO_BF16 = "openvino:bf16"
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+# 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det
+FORMAT = 3
 A4_PAGE = (3508, 2480)  # a 300-DPI A4 page, height x width: det's input is its budget's shape
 REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
@@ -88,6 +101,35 @@ def installed() -> tuple[str, ...]:
 
 def cpu_identity() -> tuple[str, str]:
     """The CPU's model name and a digest of its flags (``/proc/cpuinfo``, else ``platform``)."""
+    name, flags = _cpuinfo()
+    return name, hashlib.sha256(flags.encode()).hexdigest()[:16]
+
+
+def bf16_det(settings: OcrSettings, candidates: tuple[str, ...]) -> bool:
+    """Whether det gets the :data:`OPENVINO_BF16` candidate: OpenVINO installed, a CPU with
+    bf16 in its flags, and the default precision (``fp16``), not ``fp32`` or another."""
+    if "openvino" not in candidates or settings.precision != "fp16":
+        return False
+    return bool(BF16_FLAGS & set(_cpuinfo()[1].split()))
+
+
+def stage_candidates(
+    settings: OcrSettings, candidates: tuple[str, ...]
+) -> dict[str, tuple[str, ...]]:
+    """What each stage chooses among: the installed backends, and for det OpenVINO in bf16
+    where :func:`bf16_det` allows it."""
+    det = (*candidates, OPENVINO_BF16) if bf16_det(settings, candidates) else candidates
+    return {"det": det, "rec": candidates}
+
+
+def backend_of(key: str) -> tuple[str, str | None]:
+    """A candidate's backend module key and the precision it forces (None: the settings')."""
+    backend, _, precision = key.partition(":")
+    return backend, precision or None
+
+
+def _cpuinfo() -> tuple[str, str]:
+    """The CPU's model name and its flags, sorted, space-separated."""
     name, flags = "", ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -102,8 +144,7 @@ def cpu_identity() -> tuple[str, str]:
                     break
     except OSError:
         pass
-    name = name or platform.processor() or platform.machine()
-    return name, hashlib.sha256(flags.encode()).hexdigest()[:16]
+    return name or platform.processor() or platform.machine(), flags
 
 
 def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]) -> dict[str, Any]:
@@ -117,6 +158,7 @@ def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]
         "backends": {k: package_version(k) for k in candidates},
         "models": {"det": file_digest(models.det_path), "rec": file_digest(models.rec_path)},
         "rec_height": settings.rec_height,
+        "det_bf16": bf16_det(settings, candidates),
         "inputs": {
             stage: [list(x) for x in shapes] for stage, shapes in input_shapes(settings).items()
         },
@@ -158,7 +200,7 @@ def read_cached(path: Path, key: str, candidates: tuple[str, ...]) -> Choice | N
         if data["format"] != FORMAT or data["key"] != key:
             raise ValueError("written for another machine, model or format")
         stages = {stage: str(data["stages"][stage]) for stage in STAGES}
-        if not set(stages.values()) <= set(candidates):
+        if not {backend_of(k)[0] for k in stages.values()} <= set(candidates):
             raise ValueError(f"names a backend not installed: {stages}")
         seconds = {
             stage: {str(k): float(v) for k, v in data["seconds"][stage].items()} for stage in STAGES
@@ -224,7 +266,7 @@ def choose(
                 return cached
         start = time.perf_counter()
         load = loader or default_loader(settings, models)
-        seconds = measure(candidates, load, input_shapes(settings))
+        seconds = measure(stage_candidates(settings, candidates), load, input_shapes(settings))
         took = time.perf_counter() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path)
@@ -255,39 +297,48 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
         rec_path = compact[0]
 
     def load(key: str, stage: str) -> InferSession:
-        backend = create_key(key)
+        name, precision = backend_of(key)
+        backend = create_key(name)
         if stage == "det":
-            return backend.load(models.det_path, "det", det_options(settings))
+            options = det_options(settings)
+            if precision is not None:
+                options = dataclasses.replace(options, precision=precision)
+            return backend.load(models.det_path, "det", options)
         return backend.load(rec_path, "rec", rec_options(settings))
 
     return load
 
 
 def measure(
-    candidates: tuple[str, ...], load: Loader, shapes: dict[str, list[tuple[int, ...]]]
+    candidates: tuple[str, ...] | dict[str, tuple[str, ...]],
+    load: Loader,
+    shapes: dict[str, list[tuple[int, ...]]],
 ) -> dict[str, dict[str, float]]:
-    """Per stage and backend, the best over :data:`ROUNDS` of the time to run every input of
-    ``shapes[stage]`` (random values: the time of these networks does not depend on them)."""
+    """Per stage and candidate (the same for every stage, or per stage), the best over
+    :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` (random values: the
+    time of these networks does not depend on them)."""
+    per_stage = candidates if isinstance(candidates, dict) else dict.fromkeys(STAGES, candidates)
     rng = np.random.default_rng(0)
-    sessions = {(k, stage): load(k, stage) for k in candidates for stage in STAGES}
+    sessions = {(k, stage): load(k, stage) for stage in STAGES for k in per_stage[stage]}
     inputs = {
         stage: [rng.uniform(-1, 1, shape).astype(np.float32) for shape in shapes[stage]]
         for stage in STAGES
     }
     best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     for stage in STAGES:
-        for k in candidates:
+        keys = per_stage[stage]
+        for k in keys:
             for x in inputs[stage]:
                 _run(sessions[(k, stage)], x)  # warm-up: first-shape compilation
         for n in range(ROUNDS):
-            order = candidates if n % 2 == 0 else candidates[::-1]
+            order = keys if n % 2 == 0 else keys[::-1]
             for k in order:
                 start = time.perf_counter()
                 for x in inputs[stage]:
                     _run(sessions[(k, stage)], x)
                 took = time.perf_counter() - start
                 best[stage][k] = min(best[stage].get(k, took), took)
-    return {stage: {k: round(best[stage][k], 4) for k in candidates} for stage in STAGES}
+    return {stage: {k: round(best[stage][k], 4) for k in per_stage[stage]} for stage in STAGES}
 
 
 def _run(session: InferSession, x: npt.NDArray[np.float32]) -> None:
