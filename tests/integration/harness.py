@@ -781,3 +781,16 @@ def stack(
             for name in pipeline.agents:
                 print(pipeline.tail(name, 3000))
         delete_internal_topics(kafka)
+
+
+def parse_sse(text: str) -> list[dict[str, Any]]:
+    """Server-Sent Events as the API sends them: id, event and JSON data per event (comments
+    such as keep-alives left out)."""
+    events = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines()
+                      if line and not line.startswith(":"))  # fmt: skip
+        if fields:
+            events.append({"id": fields["id"], "event": fields["event"],
+                           "data": json.loads(fields["data"])})  # fmt: skip
+    return events

@@ -335,14 +335,7 @@ def read_events(
     with urllib.request.urlopen(req, timeout=30) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         text = response.read().decode()
-    events = []
-    for block in text.split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines()
-                      if line and not line.startswith(":"))  # fmt: skip
-        if fields:
-            events.append({"id": fields["id"], "event": fields["event"],
-                           "data": json.loads(fields["data"])})  # fmt: skip
-    return events
+    return harness.parse_sse(text)
 
 
 def test_refusals_and_readiness(

@@ -33,14 +33,7 @@ BACKLOG = 20_000  # tombstones ahead of the page results on their partition
 
 
 def parse(chunks: list[bytes]) -> list[dict[str, Any]]:
-    out = []
-    for block in b"".join(chunks).decode().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines()
-                      if line and not line.startswith(":"))  # fmt: skip
-        if fields:
-            out.append({"id": fields["id"], "event": fields["event"],
-                        "data": json.loads(fields["data"])})  # fmt: skip
-    return out
+    return harness.parse_sse(b"".join(chunks).decode())
 
 
 def test_the_terminal_event_waits_for_pages_fetched_after_it(topics: KafkaSettings) -> None:
