@@ -18,16 +18,25 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ocrstream.settings import KafkaSettings
 from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+# The group's coordinator is moving or still loading (a broker just started): asked again.
+COORDINATOR_NOT_READY = frozenset({
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+})  # fmt: skip
+RETRY_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +80,24 @@ class CommittedOffsets:
 
     def read(self, group: str, tps: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """``{(topic, partition): offset}`` with -1 where the group has committed nothing.
-        Raises KafkaException when the group's coordinator does not answer in time."""
+        A coordinator that is not ready yet (a broker just started, or the group's coordinator
+        moving) is asked again until ``timeout_s``; raises KafkaException when it does not
+        answer in time."""
         request = [TopicPartition(t, p) for t, p in tps]
         if not request:
             return {}
-        answer = self._consumer(group).committed(request, timeout=self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                answer = self._consumer(group).committed(request, timeout=max(0.1, left))
+                break
+            except KafkaException as e:
+                code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+                if code not in COORDINATOR_NOT_READY or left <= RETRY_S:
+                    raise
+                log.debug("committed offsets of %s: coordinator not ready (%s); again", group, e)
+                time.sleep(RETRY_S)
         out: dict[tuple[str, int], int] = {}
         for tp in answer:
             if tp.error is not None:
