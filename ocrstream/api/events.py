@@ -123,8 +123,9 @@ def stream(
         drain_until = 0.0
         held_at = -1
         while time.monotonic() - started < max_s:
-            caught_up = all(reading[tp] >= end for tp, end in ends.items())
-            if held is not None and (caught_up or time.monotonic() > drain_until):
+            if held is not None and (
+                time.monotonic() > drain_until or all(reading[tp] >= e for tp, e in ends.items())
+            ):
                 # its id covers the pages and progress read while it waited; the events before
                 # it do not name it, so a client resuming from one of them still gets it
                 position.d = held_at

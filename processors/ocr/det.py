@@ -32,6 +32,8 @@ from ocrstream.processors.ocr.geometry import Quad, clip_quad, min_box, unclip
 ImageBGR = npt.NDArray[np.uint8]
 FloatArray = npt.NDArray[np.float32]
 
+A4_PAGE = (3508, 2480)  # a 300-DPI A4 page, height x width: det's input is its budget's shape
+
 
 @dataclass(frozen=True, slots=True)
 class DetParams:

@@ -76,7 +76,6 @@ CLS_SHAPE = (48, 192)
 CLS_THRESH = 0.9
 TABLE_MARGIN = 8  # pixels around a table region in its crop for the table model
 REGION_MARGIN = 8  # pixels added around a key-field region's crop (edge pixels repeated)
-WARMUP_PAGE = (3508, 2480)  # a 300-DPI A4 page (height, width): det's warm-up input is its shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +247,7 @@ class OcrEngine:
         OpenVINO sizes its buffers once instead of at each larger page."""
         p = self.det_params
         limit = p.max_limit_side if p.line_height > 0 else p.limit_side
-        h, w = det_mod.det_shape(*WARMUP_PAGE, dataclasses.replace(p, limit_side=limit))
+        h, w = det_mod.det_shape(*det_mod.A4_PAGE, dataclasses.replace(p, limit_side=limit))
         shape = (1, 3, -(-h // 128) * 128, -(-w // 128) * 128)
         start = time.perf_counter()
         self._det.run(np.zeros(shape, np.float32))

@@ -794,3 +794,9 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
             events.append({"id": fields["id"], "event": fields["event"],
                            "data": json.loads(fields["data"])})  # fmt: skip
     return events
+
+
+def event_contents(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Parsed events as a sorted list of their (event, data), ids left out: what two streams
+    that sent the same events in another order have in common."""
+    return sorted(json.dumps([e["event"], e["data"]], sort_keys=True) for e in events)

@@ -243,11 +243,7 @@ def test_uploads_complete_and_their_outputs_stream_back(
         assert stream[-1]["data"]["pages_done"] == 3
         assert len({e["id"] for e in stream}) == len(stream)
         resumed = read_events(api, "acme", ids["pdf"], last_event_id=stream[1]["id"])
-
-        def content(events: list[dict[str, Any]]) -> list[str]:
-            return sorted(json.dumps([e["event"], e["data"]], sort_keys=True) for e in events)
-
-        assert content(resumed) == content(stream[2:])
+        assert harness.event_contents(resumed) == harness.event_contents(stream[2:])
         assert resumed[-1]["event"] == "terminal"
         assert resumed[-1]["data"] == stream[-1]["data"]
         assert len({e["id"] for e in resumed}) == len(resumed)

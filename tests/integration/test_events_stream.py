@@ -4,7 +4,6 @@ the consumer then fetches the terminal first, and the stream must still send eve
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,8 +80,4 @@ def test_the_terminal_event_waits_for_pages_fetched_after_it(topics: KafkaSettin
     rest = parse(list(events.stream(slow, codec, doc_id, since, first[at]["id"], describe, 60.0)))
     assert rest[-1] == {**first[-1], "id": rest[-1]["id"]}
     assert sorted(e["data"]["page_no"] for e in rest if e["event"] == "page") == [2, 3]
-
-    def content(evs: list[dict[str, Any]]) -> list[str]:
-        return sorted(json.dumps([e["event"], e["data"]], sort_keys=True) for e in evs)
-
-    assert content(rest) == content(first[at + 1 :])
+    assert harness.event_contents(rest) == harness.event_contents(first[at + 1 :])

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import importlib.util
 import json
@@ -74,7 +75,6 @@ OPENVINO_BF16 = "openvino:bf16"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det
 FORMAT = 3
-A4_PAGE = (3508, 2480)  # a 300-DPI A4 page, height x width: det's input is its budget's shape
 REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
 FOLDER = "auto-backend"
@@ -128,6 +128,7 @@ def backend_of(key: str) -> tuple[str, str | None]:
     return backend, precision or None
 
 
+@functools.lru_cache(maxsize=1)
 def _cpuinfo() -> tuple[str, str]:
     """The CPU's model name and its flags, sorted, space-separated."""
     name, flags = "", ""
@@ -169,7 +170,7 @@ def input_shapes(settings: OcrSettings) -> dict[str, list[tuple[int, ...]]]:
     """The NCHW shapes measured per stage: what the engine gives det for a full page, and rec
     batches of short and of long lines, each as many lines as one of the engine's batches
     holds (``rec_batch`` lines, ``rec_batch_pixels`` of summed width)."""
-    from ocrstream.processors.ocr.det import DetParams, det_shape
+    from ocrstream.processors.ocr.det import A4_PAGE, DetParams, det_shape
 
     h, w = det_shape(*A4_PAGE, DetParams(limit_side=settings.det_limit_side))
     rec: list[tuple[int, ...]] = []
