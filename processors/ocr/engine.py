@@ -51,6 +51,7 @@ from ocrstream.processors.ocr.backends import (
     det_options,
     rec_options,
     session_options,
+    stage_precision,
 )
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
@@ -174,20 +175,24 @@ class OcrEngine:
         self._fingerprint_models: dict[str, str] | None = None
         self._lock = threading.Lock()
         names = dict.fromkeys((self._backend.name, self._rec_backend.name))
-        # det in another precision than the settings' (auto's bf16 det, backends.choice)
-        self.det_precision: str | None = getattr(self._backend, "det_precision", None)
+        # det or rec in another precision than the settings' (auto's bf16, backends.choice)
+        self.det_precision = stage_precision(self._backend, "det")
+        self.rec_precision = stage_precision(self._rec_backend, "rec")
         self._info = EngineInfo(
             backend="+".join(names),  # "openvino", or det's + rec's: "openvino+onnxruntime"
             model=self.models.name,
             version=self.models.version
             + (f" int8:{'+'.join(sorted(self.int8_models))}" if self.int8_models else "")
-            + (f" det:{self.det_precision}" if self.det_precision else ""),
+            + (f" det:{self.det_precision}" if self.det_precision else "")
+            + (f" rec:{self.rec_precision}" if self.rec_precision else ""),
             device=settings.device,
         )
+        forced = [f"{k} in {p}" for k, p in (("det", self.det_precision),
+                                             ("rec", self.rec_precision)) if p]  # fmt: skip
         log.info(
             "OCR engine ready: %s%s on %s (%s), model %s",
             self._info.backend,
-            f" (det in {self.det_precision})" if self.det_precision else "",
+            f" ({', '.join(forced)})" if forced else "",
             self._info.device,
             settings.threads,
             self._info.model,
@@ -221,8 +226,11 @@ class OcrEngine:
             "det_params": repr(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
         }  # fmt: skip
-        if self.det_precision:  # only when set: the fingerprints of other engines stay as they were
+        # only when set: the fingerprints of other engines stay as they were
+        if self.det_precision:
             options["det_precision"] = self.det_precision
+        if self.rec_precision:
+            options["rec_precision"] = self.rec_precision
         return engine_fingerprint(self._info.backend, models, options)
 
     @property

@@ -244,54 +244,76 @@ def _flags(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
         ("avx512f avx512_bf16", "int8", False),
     ],
 )
-def test_det_is_offered_bf16_only_on_a_cpu_with_it_and_the_default_precision(
+def test_det_and_rec_are_offered_bf16_only_on_a_cpu_with_it_and_the_default_precision(
     monkeypatch: pytest.MonkeyPatch, flags: str, precision: str, offered: bool
 ):
     _flags(monkeypatch, flags)
     settings = OcrSettings(precision=precision)
     found = choice.stage_candidates(settings, ("openvino", "onnxruntime"))
-    assert (choice.OPENVINO_BF16 in found["det"]) is offered
-    assert found["rec"] == ("openvino", "onnxruntime")
-    assert choice.OPENVINO_BF16 not in choice.stage_candidates(settings, ("onnxruntime",))["det"]
+    for stage in ("det", "rec"):
+        assert found[stage][:2] == ("openvino", "onnxruntime")
+        assert (choice.OPENVINO_BF16 in found[stage]) is offered
+    without = choice.stage_candidates(settings, ("onnxruntime",))
+    assert without == {"det": ("onnxruntime",), "rec": ("onnxruntime",)}
 
 
+@pytest.mark.parametrize(
+    ("rec_slow", "rec_chosen", "version_ends"),
+    [
+        # bf16 rec measured fastest: both stages in bf16, both named
+        ({("onnxruntime", "rec"): 0.04}, choice.OPENVINO_BF16, " det:bf16 rec:bf16"),
+        # bf16 rec slower than onnxruntime's fp32: rec stays fp32
+        ({(choice.OPENVINO_BF16, "rec"): 0.04}, "onnxruntime", " det:bf16"),
+    ],
+)
 @needs_both
-def test_a_bf16_det_measured_fastest_is_taken_and_named_in_results_and_the_cache_key(
-    tmp_path: Path, both_installed: None, monkeypatch: pytest.MonkeyPatch
+def test_bf16_measured_fastest_is_taken_and_named_in_results_and_the_cache_key(
+    tmp_path: Path,
+    both_installed: None,
+    monkeypatch: pytest.MonkeyPatch,
+    rec_slow: dict[tuple[str, str], float],
+    rec_chosen: str,
+    version_ends: str,
 ):
-    from ocrstream.processors.ocr.backends import DetPrecision
+    from ocrstream.processors.ocr.backends import StagePrecision, stage_precision
     from ocrstream.processors.ocr.engine import OcrEngine
 
     _flags(monkeypatch, "avx2 avx512f avx512_bf16")
     models = load_model_set("ppocrv6-tiny")
     made: list[_Timed] = []
-    slow = {**SLOW, ("openvino", "det"): 0.04}  # f32 det slower than bf16's (0 s)
+    slow = {**SLOW, ("openvino", "det"): 0.04, **rec_slow}  # f32 det slower than bf16's (0 s)
     found = choice.choose(_settings(tmp_path), models, loader=_loader(slow, made))
-    assert set(found.seconds["det"]) == {"openvino", "onnxruntime", choice.OPENVINO_BF16}
-    assert set(found.seconds["rec"]) == {"openvino", "onnxruntime"}
-    assert found.stages == {"det": choice.OPENVINO_BF16, "rec": "onnxruntime"}
+    for stage in ("det", "rec"):
+        assert set(found.seconds[stage]) == {"openvino", "onnxruntime", choice.OPENVINO_BF16}
+    assert found.stages == {"det": choice.OPENVINO_BF16, "rec": rec_chosen}
     assert choice.choose(_settings(tmp_path), models).stages == found.stages  # kept as is
     stages = create_stages(_settings(tmp_path), models)
-    assert isinstance(stages["det"], DetPrecision)
-    assert (stages["det"].name, stages["det"].det_precision) == ("openvino", "bf16")
-    assert stages["rec"].name == "onnxruntime"
+    assert isinstance(stages["det"], StagePrecision)
+    assert (stages["det"].name, stage_precision(stages["det"], "det")) == ("openvino", "bf16")
+    bf16_rec = rec_chosen == choice.OPENVINO_BF16
+    assert stage_precision(stages["rec"], "rec") == ("bf16" if bf16_rec else None)
+    assert stage_precision(stages["det"], "rec") is None  # det's backend loads rec as asked
 
     engine = OcrEngine(_settings(tmp_path))
     lines = ["Invoice 2024-0117 for ACME Corporation", "Total amount due: 1,234.56 USD"]
     (page,) = engine.recognize([render_text_page(lines)])
     assert cer(page.text, "\n".join(lines)) < 0.05, page.text
-    assert engine.info.backend == "openvino+onnxruntime"
-    assert engine.info.version.endswith(" det:bf16")  # what each result's engine says
+    assert engine.info.backend == ("openvino" if bf16_rec else "openvino+onnxruntime")
+    assert engine.info.version.endswith(version_ends)  # what each result's engine says
     fp32 = OcrEngine(_settings(tmp_path / "fp32", precision="fp32"))
     assert fp32.det_precision is None
-    assert not fp32.info.version.endswith("bf16")
+    assert fp32.rec_precision is None
+    assert "bf16" not in fp32.info.version
     assert engine.fingerprint("text") != fp32.fingerprint("text")  # the page cache keeps apart
     engine.close()
     fp32.close()
 
 
 @needs_both
-def test_the_int8_profile_runs_its_fp32_rec_where_auto_measured_rec_fastest(tmp_path: Path):
+def test_the_int8_profile_runs_its_fp32_rec_where_auto_measured_rec_fastest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from ocrstream.processors.ocr.backends import StagePrecision
     from ocrstream.processors.ocr.quantize import int8_kinds
 
     assert "rec" not in int8_kinds("ppocrv6-tiny")  # the profile quantises det only
@@ -305,6 +327,15 @@ def test_the_int8_profile_runs_its_fp32_rec_where_auto_measured_rec_fastest(tmp_
     choice.choose(_settings(other), models, loader=_loader({("onnxruntime", "rec"): 0.08}, []))
     stages = create_stages(_settings(other, precision="int8"), models)
     assert {k: b.name for k, b in stages.items()} == {"det": "openvino", "rec": "openvino"}
+    # bf16 rec measured fastest of all: the profile still takes the fastest fp32 rec
+    monkeypatch.setattr(choice, "_cpuinfo", lambda: ("Some CPU", "avx512f avx512_bf16"))
+    bf16 = tmp_path / "bf16"
+    rec_times = {("onnxruntime", "rec"): 0.04, ("openvino", "rec"): 0.02}  # bf16's: 0 s
+    choice.choose(_settings(bf16), models, loader=_loader(rec_times, []))
+    assert choice.choose(_settings(bf16), models).stages["rec"] == choice.OPENVINO_BF16
+    stages = create_stages(_settings(bf16, precision="int8"), models)
+    assert {k: b.name for k, b in stages.items()} == {"det": "openvino", "rec": "openvino"}
+    assert not isinstance(stages["rec"], StagePrecision)
     # a backend named by the settings is used for both, as before
     named = create_stages(_settings(tmp_path, precision="int8", backend="openvino"), models)
     assert {b.name for b in named.values()} == {"openvino"}
@@ -324,17 +355,15 @@ def test_engine_calibrate_measures_again_and_prints_the_table(
     assert first.exit_code == 0, first.output
     rows = {line.split()[0]: line.split() for line in first.output.splitlines() if line}
     header = rows["stage"][1:-1]
-    # the two backends, and det's bf16 candidate on a CPU with bf16 (measured for det only)
+    # the two backends, and the bf16 candidate on a CPU with bf16 (for det and rec)
     assert header[:2] == ["openvino", "onnxruntime"]
-    bf16 = choice.bf16_det(OcrSettings(), ("openvino",))
+    bf16 = choice.bf16_offered(OcrSettings(), ("openvino",))
     assert header[2:] == ([choice.OPENVINO_BF16] if bf16 else [])
     for stage in ("det", "rec"):
         *cells, chosen = rows[stage][1:]
         times = {k: float(v) for k, v in zip(header, cells, strict=True) if v != "-"}
         assert chosen in times
         assert times[chosen] == min(times.values())  # the fastest of the printed times
-    if len(header) == 3:
-        assert rows["rec"][3] == "-"  # rec is not measured in bf16
     settings = _settings(tmp_path)
     kept = choice.choose(settings, load_model_set("ppocrv6-tiny"))
     assert not kept.measured

@@ -166,32 +166,46 @@ def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict
     models = models or load_model_set(settings.model, settings.model_dir)
     # the int8 profile reads rec's choice from the default precision's measurement
     measured = settings.model_copy(update={"precision": "fp16"}) if fp32_rec else settings
-    stages = dict(choose(measured, models).stages)
+    found = choose(measured, models)
+    stages = dict(found.stages)
     if fp32_rec:
         # The int8 profile with an fp32 rec: INT8 det on OpenVINO, rec where ``auto``
-        # measured fp32 rec fastest (on an AMD EPYC with VNNI, onnxruntime: 1.1-1.4x).
-        stages["det"] = key
+        # measured fp32 rec fastest (on an AMD EPYC with VNNI, onnxruntime: 1.1-1.4x), never
+        # the bf16 candidate (the profile promises fp32 for what it does not quantise).
+        fp32 = {k: t for k, t in found.seconds["rec"].items() if backend_of(k)[1] is None}
+        stages = {"det": key, "rec": min(fp32, key=fp32.__getitem__)}
     made = {name: create_key(name) for name in {backend_of(k)[0] for k in stages.values()}}
     out: dict[str, Backend] = {}
     for stage, chosen in stages.items():
         name, precision = backend_of(chosen)
-        out[stage] = made[name] if precision is None else DetPrecision(made[name], precision)
+        kind: ModelKind = "det" if stage == "det" else "rec"
+        backend = made[name]
+        out[stage] = backend if precision is None else StagePrecision(backend, kind, precision)
     return out
 
 
-class DetPrecision:
-    """A backend whose det runs in ``precision`` (``auto``'s bf16 det, :mod:`.choice`); every
-    other model it loads (cls, orientation, layout, tables) runs as the settings say."""
+class StagePrecision:
+    """A backend whose model of one stage (det or rec) runs in ``precision`` (``auto``'s bf16
+    candidates, :mod:`.choice`); every other model it loads (cls, orientation, layout, tables)
+    runs as the settings say."""
 
-    def __init__(self, backend: Backend, precision: str) -> None:
+    def __init__(self, backend: Backend, stage: ModelKind, precision: str) -> None:
         self.backend = backend
         self.name = backend.name
-        self.det_precision = precision
+        self.stage = stage
+        self.precision = precision
 
     def load(self, model_path: Path, kind: ModelKind, options: SessionOptions) -> InferSession:
-        if kind == "det":
-            options = dataclasses.replace(options, precision=self.det_precision)
+        if kind == self.stage:
+            options = dataclasses.replace(options, precision=self.precision)
         return self.backend.load(model_path, kind, options)
+
+
+def stage_precision(backend: Backend, stage: ModelKind) -> str | None:
+    """The precision ``backend`` forces on ``stage``'s model (None: the settings')."""
+    if isinstance(backend, StagePrecision) and backend.stage == stage:
+        return backend.precision
+    return None
 
 
 def create_key(key: str) -> Backend:

@@ -29,13 +29,15 @@ again. ``ocrstream engine calibrate`` measures again on demand. A lock file make
 that start together on a new machine measure once, one after the other, instead of side by
 side (which would skew both measurements).
 
-**BF16 det.** On a CPU that runs bf16 natively (``avx512_bf16`` or ``amx_bf16`` among its
-flags) and with the default precision (``fp16``: reduced precision where the device has it;
-``fp32`` asks for fp32 alone), det has a third candidate, :data:`OPENVINO_BF16`: OpenVINO with
-``INFERENCE_PRECISION_HINT=bf16``. It is taken only where it measured fastest (on an AMD EPYC
-Zen 5 its det ran A4 pages in half the time and read the dev sets as well as f32; on a Xeon
-without AMX bf16 was slower, docs/benchmarks.md). Rec is never measured in bf16 (its
-probabilities moved by ~0.05). The page cache keys results by the precision det ran in.
+**BF16.** On a CPU that runs bf16 natively (``avx512_bf16`` or ``amx_bf16`` among its flags)
+and with the default precision (``fp16``: reduced precision where the device has it; ``fp32``
+asks for fp32 alone), det and rec each have a third candidate, :data:`OPENVINO_BF16`: OpenVINO
+with ``INFERENCE_PRECISION_HINT=bf16``. It is taken only where it measured fastest: on an AMD
+EPYC Zen 5 det ran A4 pages in half the time and read the dev sets as well as f32; on a Zen 4
+rec ran 1.43x faster, 13 of 1,064 dev lines read differently (as many better as worse) and a
+line's confidence moved by 0.0014 on average (p99 0.019); on a Xeon without AMX bf16 was slower
+(docs/benchmarks.md). Results name the stages that ran in bf16 and the page cache keys them
+apart.
 
 ``OCRSTREAM_OCR_BACKEND=openvino|onnxruntime`` forces a backend: nothing is measured then.
 """
@@ -70,11 +72,12 @@ log = logging.getLogger(__name__)
 
 CANDIDATES = ("openvino", "onnxruntime")
 STAGES = ("det", "rec")
-# det on OpenVINO in bf16: a candidate where the CPU has bf16 and the precision allows it
+# OpenVINO in bf16: a candidate of det and rec where the CPU has bf16 and the precision allows it
 OPENVINO_BF16 = "openvino:bf16"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
-# 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det
-FORMAT = 3
+# 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
+# 3 no bf16 rec
+FORMAT = 4
 REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
 FOLDER = "auto-backend"
@@ -105,9 +108,9 @@ def cpu_identity() -> tuple[str, str]:
     return name, hashlib.sha256(flags.encode()).hexdigest()[:16]
 
 
-def bf16_det(settings: OcrSettings, candidates: tuple[str, ...]) -> bool:
-    """Whether det gets the :data:`OPENVINO_BF16` candidate: OpenVINO installed, a CPU with
-    bf16 in its flags, and the default precision (``fp16``), not ``fp32`` or another."""
+def bf16_offered(settings: OcrSettings, candidates: tuple[str, ...]) -> bool:
+    """Whether det and rec get the :data:`OPENVINO_BF16` candidate: OpenVINO installed, a CPU
+    with bf16 in its flags, and the default precision (``fp16``), not ``fp32`` or another."""
     if "openvino" not in candidates or settings.precision != "fp16":
         return False
     return bool(BF16_FLAGS & set(_cpuinfo()[1].split()))
@@ -116,10 +119,10 @@ def bf16_det(settings: OcrSettings, candidates: tuple[str, ...]) -> bool:
 def stage_candidates(
     settings: OcrSettings, candidates: tuple[str, ...]
 ) -> dict[str, tuple[str, ...]]:
-    """What each stage chooses among: the installed backends, and for det OpenVINO in bf16
-    where :func:`bf16_det` allows it."""
-    det = (*candidates, OPENVINO_BF16) if bf16_det(settings, candidates) else candidates
-    return {"det": det, "rec": candidates}
+    """What each stage chooses among: the installed backends, and OpenVINO in bf16 where
+    :func:`bf16_offered` allows it."""
+    offered = (*candidates, OPENVINO_BF16) if bf16_offered(settings, candidates) else candidates
+    return dict.fromkeys(STAGES, offered)
 
 
 def backend_of(key: str) -> tuple[str, str | None]:
@@ -159,7 +162,7 @@ def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]
         "backends": {k: package_version(k) for k in candidates},
         "models": {"det": file_digest(models.det_path), "rec": file_digest(models.rec_path)},
         "rec_height": settings.rec_height,
-        "det_bf16": bf16_det(settings, candidates),
+        "bf16": bf16_offered(settings, candidates),
         "inputs": {
             stage: [list(x) for x in shapes] for stage, shapes in input_shapes(settings).items()
         },
@@ -300,12 +303,14 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
     def load(key: str, stage: str) -> InferSession:
         name, precision = backend_of(key)
         backend = create_key(name)
-        if stage == "det":
-            options = det_options(settings)
-            if precision is not None:
-                options = dataclasses.replace(options, precision=precision)
-            return backend.load(models.det_path, "det", options)
-        return backend.load(rec_path, "rec", rec_options(settings))
+        path, options = (
+            (models.det_path, det_options(settings))
+            if stage == "det"
+            else (rec_path, rec_options(settings))
+        )
+        if precision is not None:
+            options = dataclasses.replace(options, precision=precision)
+        return backend.load(path, "det" if stage == "det" else "rec", options)
 
     return load
 
