@@ -11,6 +11,12 @@ and the blocks built from its regions and the page's lines
 call's pages at once (batched across pages). The layout and table models are loaded on the
 first page that needs them.
 
+Within det the work overlaps: each det batch runs on the engine's det thread while the calling
+thread turns the previous batch's maps into boxes, cuts and resizes their lines for rec, and
+prepares the next batch, so the core that inference leaves idle between runs does the Python
+work (+7-11% pages/s on receipts on 2 cores, the same text). Rec batches run side by side on
+the rec streams.
+
 A page that cannot be decoded or is over the pixel limit comes back ``failed`` with a reason
 code; a page with no text comes back ``empty``; nothing about one page fails another. An error
 of the inference backend itself (out of memory, a broken device) raises, so the caller may retry
@@ -28,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +77,7 @@ from ocrstream.settings import OcrSettings
 log = logging.getLogger(__name__)
 
 ImageBGR = npt.NDArray[np.uint8]
+FloatArray = npt.NDArray[np.float32]
 PageInput = bytes | bytearray | memoryview | npt.NDArray[np.generic]
 
 CLS_SHAPE = (48, 192)
@@ -96,6 +103,9 @@ class _Page:
     check_flip: bool = False
     skew: float = 0.0
     boxes: list[det_mod.Box] = field(default_factory=list)
+    # the boxes' line crops at rec's height, cut while det runs on the next batch (None: cut
+    # them in rec: the boxes may still change, merged or turned)
+    crops: list[ImageBGR] | None = None
     texts: list[tuple[str, float]] = field(default_factory=list)
     layout: bool = False
     one_line_rows: bool = False  # a key-field crop: each row of boxes read as one line
@@ -159,6 +169,8 @@ class OcrEngine:
         self._rec = self._rec_backend.load(paths["rec"][0], "rec", rec_opts)
         concurrency = int(getattr(self._rec, "concurrency", 1))
         self._pool = ThreadPoolExecutor(concurrency, "ocr-rec") if concurrency > 1 else None
+        # det runs here, one batch at a time, overlapped with the next's pre-processing
+        self._det_thread = ThreadPoolExecutor(1, "ocr-det")
         self._cls: InferSession | None = None
         if settings.use_cls and self.models.cls_path is not None:
             self._cls = self._load(self.models.cls_path, "cls", opt_shape=(64, 3, *CLS_SHAPE))
@@ -238,7 +250,8 @@ class OcrEngine:
         return self._info
 
     def close(self) -> None:
-        """Stop the rec thread pool (sessions are freed with the engine)."""
+        """Stop the det and rec threads (sessions are freed with the engine)."""
+        self._det_thread.shutdown(wait=True)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -488,32 +501,68 @@ class OcrEngine:
             line_px = line_height(img) if wanted else None
             shapes.append(det_mod.det_shape(img.shape[0], img.shape[1], chosen, line_px))
             page.ms["det"] += (time.perf_counter() - start) * 1000
+        # Software pipelining: batch k runs on the det thread while this thread turns batch
+        # k-1's probability maps into boxes and prepares batch k+1 (resize, normalise), so
+        # the core that inference leaves idle between runs does the Python work.
+        pending: tuple[Future[tuple[FloatArray, float]], list[int]] | None = None
         for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])
-            prep = time.perf_counter()
-            probs = self._det.run(batch)
-            infer_share = (time.perf_counter() - prep) * 1000 / len(idx)
-            prep_share = (prep - start) * 1000 / len(idx)
-            for j, i in enumerate(idx):
+            prep_share = (time.perf_counter() - start) * 1000 / len(idx)
+            for i in idx:
+                pages[i].ms["det"] += prep_share
+            running = (self._det_thread.submit(self._timed_det, batch), idx)
+            if pending is not None:
+                self._det_boxes(pages, images, *pending)
+            pending = running
+        if pending is not None:
+            self._det_boxes(pages, images, *pending)
+
+    def _timed_det(self, batch: FloatArray) -> tuple[FloatArray, float]:
+        start = time.perf_counter()
+        probs = self._det.run(batch)
+        return probs, (time.perf_counter() - start) * 1000
+
+    def _det_boxes(
+        self,
+        pages: list[_Page],
+        images: list[ImageBGR],
+        run: Future[tuple[FloatArray, float]],
+        idx: list[int],
+    ) -> None:
+        """One det batch's maps as each page's boxes in reading order (its time: inference,
+        shared by its pages, and each page's own post-processing)."""
+        params = self.det_params
+        probs, infer_ms = run.result()
+        infer_share = infer_ms / len(idx)
+        for j, i in enumerate(idx):
+            t = time.perf_counter()
+            page = pages[i]
+            h, w = images[i].shape[:2]
+            boxes = det_mod.boxes_from_map(probs[j, 0], h, w, params)
+            order = reading_order([b.quad for b in boxes])
+            page.boxes = [boxes[k] for k in order]
+            page.ms["det"] += infer_share + (time.perf_counter() - t) * 1000
+            if not (page.one_line_rows or page.check_flip):
                 t = time.perf_counter()
-                page = pages[i]
-                h, w = images[i].shape[:2]
-                boxes = det_mod.boxes_from_map(probs[j, 0], h, w, params)
-                order = reading_order([b.quad for b in boxes])
-                page.boxes = [boxes[k] for k in order]
-                page.ms["det"] += prep_share + infer_share + (time.perf_counter() - t) * 1000
+                page.crops = self._crops(page)
+                page.ms["rec"] += (time.perf_counter() - t) * 1000
+
+    def _crops(self, page: _Page) -> list[ImageBGR]:
+        """The page's boxes cut out, rectified and resized to rec's height."""
+        assert page.image is not None
+        image, params = page.image, self.rec_params
+        return [rec_mod.resize_line(crop_quad(image, box.quad), params) for box in page.boxes]
 
     def _read(self, pages: list[_Page]) -> None:
-        params = self.rec_params
         owners: list[tuple[int, int]] = []
         lines: list[ImageBGR] = []
         for pi, page in enumerate(pages):
             start = time.perf_counter()
-            assert page.image is not None
-            for bi, box in enumerate(page.boxes):
-                lines.append(rec_mod.resize_line(crop_quad(page.image, box.quad), params))
-                owners.append((pi, bi))
+            crops = page.crops if page.crops is not None else self._crops(page)
+            page.crops = None
+            lines += crops
+            owners += [(pi, bi) for bi in range(len(crops))]
             page.texts = [("", 0.0)] * len(page.boxes)
             page.ms["rec"] += (time.perf_counter() - start) * 1000
         if not lines:
