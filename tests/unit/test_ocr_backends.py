@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 
 import pytest
 
@@ -98,3 +100,41 @@ def test_openvino_keeps_the_compiled_model_for_the_next_process(tmp_path):
     cached = OpenVinoBackend().load(det, "det", SessionOptions(threads=1, cache_dir=tmp_path))
     plain = OpenVinoBackend().load(det, "det", SessionOptions(threads=1))
     np.testing.assert_allclose(cached.run(x), plain.run(x), atol=1e-5)
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to pin to")
+def test_openvino_threads_are_not_pinned_so_worker_processes_spread_over_the_cores():
+    """Each single-threaded worker process pinned its OpenVINO thread to the first core while
+    it inferred, so two workers on two cores shared one: no thread of the process may be
+    narrowed to fewer CPUs than the process may use, looked at while det runs."""
+    import threading
+
+    import numpy as np
+
+    from ocrstream.processors.ocr.backends.openvino_backend import OpenVinoBackend
+
+    allowed = os.sched_getaffinity(0)
+    det = load_model_set("ppocrv6-tiny").det_path
+    session = OpenVinoBackend().load(det, "det", SessionOptions(threads=1))
+    page = np.zeros((1, 3, 1280, 960), np.float32)
+    session.run(page)
+    done = threading.Event()
+
+    def infer() -> None:
+        for _ in range(5):
+            session.run(page)
+        done.set()
+
+    runner = threading.Thread(target=infer)
+    runner.start()
+    narrowed: dict[int, list[int]] = {}
+    while not done.is_set():
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                cpus = os.sched_getaffinity(int(task))
+                if cpus != allowed:
+                    narrowed[int(task)] = sorted(cpus)
+        done.wait(0.005)
+    runner.join()
+    assert not narrowed, f"threads pinned to {narrowed}, the process may use {sorted(allowed)}"
