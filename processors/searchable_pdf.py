@@ -34,9 +34,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-import pymupdf
 from PIL import Image
 
+from ocrstream.processors.mupdf import pymupdf
 from ocrstream.processors.ocr.types import Line, PageOCR
 from ocrstream.processors.split_pdf import quiet_mupdf
 

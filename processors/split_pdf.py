@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pymupdf
 from PIL import Image
 
 from ocrstream.errors import ReasonCode
 from ocrstream.processors import split_encode
+from ocrstream.processors.mupdf import pymupdf
 from ocrstream.processors.split_types import (
     Origin,
     PageError,

@@ -20,8 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pymupdf
-
+from ocrstream.processors.mupdf import pymupdf
 from ocrstream.processors.ocr.types import Line, Point
 
 #: Text extraction flags: text only (never decode images), whitespace kept, clipped to the page.

@@ -223,6 +223,10 @@ def rapidai_parse(
 def _pymupdf4llm_runner(cfg: StructConfig) -> Runner:
     import pymupdf4llm
 
+    from ocrstream.processors.mupdf import with_layout
+
+    with_layout()  # pymupdf4llm uses PyMuPDF's layout add-on where installed
+
     from ocrstream.bench.structmetrics import parse_markdown
 
     def run(page: StructPage) -> PageParse:
