@@ -437,11 +437,7 @@ class OcrEngine:
         for page in pages:
             assert page.image is not None
             start = time.perf_counter()
-            crops = [
-                rec_mod.resize_line(crop_quad(page.image, b.quad), self.rec_params)
-                for b in page.boxes
-            ]
-            if upside_down(self._read_lines, crops):
+            if upside_down(self._read_lines, self._crops(page)):
                 h, w = page.image.shape[:2]
                 page.image = rotate_page(page.image, 2)
                 page.rotation = (page.rotation + 180) % 360

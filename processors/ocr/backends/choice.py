@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ocrstream.processors.ocr.backends.base import InferSession
+from ocrstream.processors.ocr.backends.base import InferSession, ModelKind
 from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest, package_version
 from ocrstream.settings import OcrSettings
 
@@ -303,14 +303,14 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
     def load(key: str, stage: str) -> InferSession:
         name, precision = backend_of(key)
         backend = create_key(name)
-        path, options = (
-            (models.det_path, det_options(settings))
-            if stage == "det"
-            else (rec_path, rec_options(settings))
-        )
+        kind: ModelKind
+        if stage == "det":
+            path, kind, options = models.det_path, "det", det_options(settings)
+        else:
+            path, kind, options = rec_path, "rec", rec_options(settings)
         if precision is not None:
             options = dataclasses.replace(options, precision=precision)
-        return backend.load(path, "det" if stage == "det" else "rec", options)
+        return backend.load(path, kind, options)
 
     return load
 
