@@ -5,7 +5,10 @@ comes with pymupdf4llm, the structure benchmark's peer), and that add-on loads t
 models on import: 1.2 s and ~100 MB on every ``ocrstream ocr`` and worker start on 2 vCPUs,
 for a layout analyser ocrstream never calls (its own is :mod:`ocrstream.processors.layout`).
 Importing PyMuPDF through this module keeps the add-on out; :func:`with_layout` brings it back
-for the one caller that wants it (``ocrstream bench structure``'s pymupdf4llm).
+for the one caller that wants it (``ocrstream bench structure``'s pymupdf4llm). PyMuPDF also
+imports pymupdf4llm itself, when installed, for its ``to_markdown`` shortcuts (~0.1 s, and
+onnxruntime with it); that import is kept out too (ocrstream never calls those shortcuts), and
+``import pymupdf4llm`` afterwards works as usual.
 """
 
 from __future__ import annotations
@@ -14,10 +17,18 @@ import importlib
 import sys
 
 _ADDON = "pymupdf.layout"
+_SHORTCUTS = "pymupdf4llm"
+_held_back = False
 if "pymupdf" not in sys.modules:
     sys.modules.setdefault(_ADDON, None)  # type: ignore[arg-type]  # its import: ImportError
-
-import pymupdf  # noqa: E402
+    if _SHORTCUTS not in sys.modules:
+        sys.modules[_SHORTCUTS] = None  # type: ignore[assignment]
+        _held_back = True
+try:
+    import pymupdf
+finally:
+    if _held_back:
+        sys.modules.pop(_SHORTCUTS, None)
 
 __all__ = ["pymupdf", "with_layout"]
 

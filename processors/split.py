@@ -19,6 +19,9 @@ A document that cannot be split raises a :class:`~ocrstream.errors.PoisonError` 
 cannot be produced is a :class:`SplitPage` with ``error_code`` set (``page_too_large``,
 ``corrupt_pdf``, ``unreadable_image``) and the document goes on. Nothing else escapes.
 
+PyMuPDF is imported with the first PDF (:mod:`~ocrstream.processors.split_pdf`), not with this
+module: an image file does not pay its ~0.1-0.2 s import (``ocrstream ocr page.png``).
+
 The work is CPU-bound and synchronous: call it from a worker thread (one split at a time per
 process — MuPDF is not thread-safe) or a process, never on an event loop.
 """
@@ -28,13 +31,22 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import closing
+from typing import TYPE_CHECKING, TypeAlias
 
 from ocrstream.errors import ReasonCode
 from ocrstream.processors.split_image import ImageDocument
-from ocrstream.processors.split_pdf import PdfDocument
-from ocrstream.processors.split_types import Source, SplitPage, over_limit, unreadable
-from ocrstream.processors.textlayer import DEFAULT_POLICY, TextLayerPolicy
+from ocrstream.processors.split_types import (
+    DEFAULT_POLICY,
+    Source,
+    SplitPage,
+    TextLayerPolicy,
+    over_limit,
+    unreadable,
+)
 from ocrstream.settings import LimitsSettings
+
+if TYPE_CHECKING:
+    from ocrstream.processors.split_pdf import PdfDocument
 
 __all__ = ["MEDIA_TYPES", "ReasonCode", "SplitPage", "iter_pages", "one_page", "probe", "sniff"]
 
@@ -74,7 +86,7 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
-_Document = PdfDocument | ImageDocument
+_Document: TypeAlias = "PdfDocument | ImageDocument"
 
 
 def _open(
@@ -107,6 +119,8 @@ def _open(
         what = "the file is empty" if size == 0 else "the bytes are not a PDF or an image"
         raise unreadable(ReasonCode.UNSUPPORTED_TYPE, f"{what}{declared}")
     if media_type == PDF:
+        from ocrstream.processors.split_pdf import PdfDocument
+
         return PdfDocument(data, path, limits, policy)
     return ImageDocument(data, path, media_type, limits)
 
@@ -147,7 +161,7 @@ def iter_pages(
         raise ValueError(f"dpi must be positive, not {dpi}")
     doc = _open(source, content_type, limits, text_policy)
     with closing(doc):
-        if isinstance(doc, PdfDocument):
+        if not isinstance(doc, ImageDocument):
             yield from doc.pages(dpi, use_text_layer)
         else:
             yield from doc.pages()
@@ -168,6 +182,6 @@ def one_page(
     with closing(doc):
         if not 1 <= page_no <= doc.page_count:
             raise IndexError(f"page {page_no} of a document of {doc.page_count} pages")
-        if isinstance(doc, PdfDocument):
+        if not isinstance(doc, ImageDocument):
             return doc.page(page_no - 1, dpi, False)
         return doc.page(page_no - 1)

@@ -18,6 +18,22 @@ Origin = Literal["passthrough", "converted", "rendered", "none"]
 
 
 @dataclass(frozen=True, slots=True)
+class TextLayerPolicy:
+    """When a PDF page's own text is good enough to skip OCR
+    (:mod:`~ocrstream.processors.textlayer`)."""
+
+    min_chars: int = 20  # non-space characters on the page
+    max_bad_ratio: float = 0.02  # U+FFFD, control, private-use, unassigned
+    min_alnum_ratio: float = 0.6  # letters and digits among non-space characters
+    max_short_token_ratio: float = 0.5  # one-character tokens among all tokens
+    image_page_ratio: float = 0.5  # images covering this much of the page make it a scan …
+    min_text_cover_on_scan: float = 0.05  # … whose text must then cover this much of it
+
+
+DEFAULT_POLICY = TextLayerPolicy()
+
+
+@dataclass(frozen=True, slots=True)
 class SplitPage:
     """One page of a document, ready for a PageTask (or a PageResult when it failed or
     was answered from the PDF's own text layer).

@@ -9,19 +9,22 @@ image's text rather than a stamp or a header. That rules out:
   characters;
 - junk from a poor earlier OCR pass (punctuation and one-letter tokens: ``,' ; l I . :``).
 
-The thresholds live in :class:`TextLayerPolicy`; the defaults are deliberately strict, since a
-page wrongly answered from its text layer is never OCRed.
+The thresholds live in :class:`~ocrstream.processors.split_types.TextLayerPolicy` (with the
+split's other types, so that splitting an image never imports PyMuPDF); the defaults are
+deliberately strict, since a page wrongly answered from its text layer is never OCRed.
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ocrstream.processors.mupdf import pymupdf
 from ocrstream.processors.ocr.types import Line, Point
+from ocrstream.processors.split_types import DEFAULT_POLICY, TextLayerPolicy
+
+__all__ = ["DEFAULT_POLICY", "TEXT_FLAGS", "TextLayerPolicy", "extract_lines", "text_quality"]
 
 #: Text extraction flags: text only (never decode images), whitespace kept, clipped to the page.
 TEXT_FLAGS = (
@@ -29,21 +32,6 @@ TEXT_FLAGS = (
 )
 
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs"})
-
-
-@dataclass(frozen=True, slots=True)
-class TextLayerPolicy:
-    """When a page's own text is good enough to skip OCR."""
-
-    min_chars: int = 20  # non-space characters on the page
-    max_bad_ratio: float = 0.02  # U+FFFD, control, private-use, unassigned
-    min_alnum_ratio: float = 0.6  # letters and digits among non-space characters
-    max_short_token_ratio: float = 0.5  # one-character tokens among all tokens
-    image_page_ratio: float = 0.5  # images covering this much of the page make it a scan …
-    min_text_cover_on_scan: float = 0.05  # … whose text must then cover this much of it
-
-
-DEFAULT_POLICY = TextLayerPolicy()
 
 
 def _corners(bbox: Sequence[float], direction: Sequence[float]) -> tuple[Point, ...]:
