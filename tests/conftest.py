@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+# PyMuPDF as ocrstream's processes import it (without its layout add-on, whose import loads
+# ONNX models and leaves onnxruntime threads pinned to a core: the tests that look at OpenVINO's
+# thread affinity would see them), whichever test imports ``pymupdf`` first.
+import ocrstream.processors.mupdf  # noqa: F401
 from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
 
 if TYPE_CHECKING:

@@ -83,8 +83,9 @@ def write_big_pdf(path: Path, megabytes: int) -> int:
     """A PDF of at least ``megabytes`` MB: A4 pages of JPEG noise, as a scanner would make
     them incompressible; its size."""
     import numpy as np
-    import pymupdf
     from PIL import Image
+
+    from ocrstream.processors.mupdf import pymupdf
 
     rng = np.random.default_rng(13)
     with pymupdf.open() as doc:

@@ -119,7 +119,7 @@ def _sentence(
 
 def render_a4_page(seed: int, dpi: int = 300) -> tuple[bytes, tuple[TextLine, ...]]:
     """One synthetic A4 page as JPEG bytes, and its lines with boxes in image pixels."""
-    import pymupdf as fitz
+    from ocrstream.processors.mupdf import pymupdf as fitz
 
     rng = random.Random(seed)
     doc = fitz.open()
@@ -156,7 +156,7 @@ def render_a4_page(seed: int, dpi: int = 300) -> tuple[bytes, tuple[TextLine, ..
 
 
 def _fill_line(rng: random.Random, font: str, size: float, width: float) -> str:
-    import pymupdf as fitz
+    from ocrstream.processors.mupdf import pymupdf as fitz
 
     words: list[str] = []
     budget = width * rng.uniform(0.6, 1.0)
@@ -170,7 +170,7 @@ def _fill_line(rng: random.Random, font: str, size: float, width: float) -> str:
 
 
 def _line(text: str, x: float, baseline: float, font: str, size: float, scale: float) -> TextLine:
-    import pymupdf as fitz
+    from ocrstream.processors.mupdf import pymupdf as fitz
 
     width = fitz.get_text_length(text, fontname=font, fontsize=size)
     ascent, descent = size * 0.8, size * 0.25

@@ -41,7 +41,7 @@ def image_size(data: bytes) -> tuple[int, int, float | None]:
 def scanned_pdf(pages: Sequence[bytes], dpi: float = DEFAULT_DPI) -> bytes:
     """A PDF with one page per image, each page exactly its image at the image's DPI (or
     ``dpi``). JPEGs are embedded as they are (DCTDecode); the same bytes are stored once."""
-    import pymupdf
+    from ocrstream.processors.mupdf import pymupdf
 
     doc = pymupdf.open()
     stored: dict[bytes, int] = {}

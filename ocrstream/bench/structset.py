@@ -265,7 +265,7 @@ class _Composer:
     """Places the bands of a page top to bottom with Stories, trying each addition first."""
 
     def __init__(self, rng: random.Random, css: str) -> None:
-        import pymupdf as fitz
+        from ocrstream.processors.mupdf import pymupdf as fitz
 
         self.fitz = fitz
         self.rng = rng
@@ -401,7 +401,7 @@ def _running(rng: random.Random, page_no: int) -> tuple[tuple[str, str], tuple[s
 
 def render_page(seed: int) -> tuple[bytes, bytes, dict[str, Any]]:
     """One page from ``seed``: (born-digital PDF, degraded JPEG scan, ground-truth dict)."""
-    import pymupdf as fitz
+    from ocrstream.processors.mupdf import pymupdf as fitz
 
     rng = random.Random(seed)
     template = TEMPLATES[seed % len(TEMPLATES)]
@@ -463,7 +463,8 @@ def degrade(pdf: bytes, dpi: int, rng: random.Random) -> bytes:
     """The page rasterised at ``dpi`` and made to look scanned: skew, blur, noise, JPEG."""
     import cv2
     import numpy as np
-    import pymupdf as fitz
+
+    from ocrstream.processors.mupdf import pymupdf as fitz
 
     with fitz.open("pdf", pdf) as doc:
         pix = doc[0].get_pixmap(dpi=dpi, colorspace=fitz.csGRAY)
