@@ -28,11 +28,16 @@ print(sys.modules.get("pymupdf.layout") is not None, pymupdf._get_layout is not 
 """
 
 
-def test_splitting_pdfs_never_activates_pymupdfs_layout_add_on():
+def _printed(code: str) -> list[str]:
+    """What ``code`` prints, run in a fresh interpreter (imports are per process)."""
     out = subprocess.run(
-        [sys.executable, "-c", _PROBE], check=True, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120
     )
-    assert out.stdout.split() == ["False", "False"]
+    return out.stdout.split()
+
+
+def test_splitting_pdfs_never_activates_pymupdfs_layout_add_on():
+    assert _printed(_PROBE) == ["False", "False"]
 
 
 def _installed(distribution: str) -> bool:
@@ -49,10 +54,7 @@ def test_the_structure_benchmarks_peer_can_still_have_it():
         "import pymupdf\n",
         "import pymupdf\nfrom ocrstream.processors.mupdf import with_layout\nwith_layout()\n",
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], check=True, capture_output=True, text=True, timeout=120
-    )
-    assert out.stdout.split() == ["True", "True"]
+    assert _printed(probe) == ["True", "True"]
 
 
 _IMAGE_PROBE = """
@@ -67,11 +69,7 @@ print(len(pages), "pymupdf" in sys.modules)
 
 
 def test_an_image_is_split_without_importing_pymupdf():
-    out = subprocess.run(
-        [sys.executable, "-c", _IMAGE_PROBE], check=True, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert out.stdout.split() == ["1", "False"]
+    assert _printed(_IMAGE_PROBE) == ["1", "False"]
 
 
 _SHORTCUTS_PROBE = """
@@ -85,8 +83,4 @@ print(held_back, pymupdf4llm.to_markdown is not None)
 
 @pytest.mark.skipif(not _installed("pymupdf4llm"), reason="pymupdf4llm is not installed")
 def test_pymupdfs_markdown_shortcuts_are_not_imported_with_it_but_still_can_be():
-    out = subprocess.run(
-        [sys.executable, "-c", _SHORTCUTS_PROBE], check=True, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
-    assert out.stdout.split() == ["True", "True"]
+    assert _printed(_SHORTCUTS_PROBE) == ["True", "True"]
