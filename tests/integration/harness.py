@@ -66,6 +66,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 AGENTS = ("splitter", "worker", "assembler")
 
 
+def interruptible() -> None:
+    """``preexec_fn`` of a command a test stops with SIGINT, as Ctrl-C would: the default
+    disposition, even where the tests run with SIGINT ignored (a shell script starts its
+    background jobs that way, `make test &` included, and every child inherits it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@ import pytest
 
 from ocrstream.settings import KafkaSettings
 from ocrstream.storage import ObjectStore
-from tests.integration.harness import text_doc, wait_until
+from tests.integration.harness import interruptible, text_doc, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def test_run_stopped_by_a_signal_stops_its_agents(
     run = subprocess.Popen(
         [sys.executable, "-m", "ocrstream", "run", str(doc), "--output", str(tmp_path / "out"),
          "--no-infra", "--partitions-scale", "0.125", "--timeout", "600"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=interruptible,
     )  # fmt: skip
     try:
         parent = psutil.Process(run.pid)

@@ -260,6 +260,7 @@ def test_an_interrupted_reprocess_resumes_without_submitting_again(
     proc = subprocess.Popen(
         [sys.executable, "-m", "ocrstream", "reprocess", *ids, "--timeout", "240"],
         env=env, cwd=harness.REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=harness.interruptible,
     )  # fmt: skip
     try:
         wait_until(lambda: len(runs.open(selection.name())[1].submitted) == 5, 60,  # type: ignore[union-attr]
