@@ -16,14 +16,14 @@ RUN apt-get update \
 RUN useradd --create-home --uid 10001 ocrstream
 WORKDIR /app
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY ocrstream ./ocrstream
 # ocrstream/streams … link to these (the design card's layout; see the README)
 COPY streams ./streams
 COPY processors ./processors
 COPY schemas ./schemas
 COPY storage ./storage
-RUN pip install .
+RUN pip install -c constraints.txt .
 
 USER ocrstream
 # Metrics: splitter 9101, assembler 9102, lag-exporter 9103, ocr-worker 9110.

@@ -10,13 +10,23 @@ SOURCES := ocrstream streams processors schemas storage tests
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= ocrstream
 
-.PHONY: venv run test lint typecheck unit integration clean image image-gpu
+.PHONY: venv lock run test lint typecheck unit integration clean image image-gpu
 
-$(BIN)/ocrstream: pyproject.toml
+# constraints.txt pins every package of the venv to the set the tests last passed with, so a
+# release upstream cannot change a fresh checkout's results; `make lock` re-resolves it.
+$(BIN)/ocrstream: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
+
+lock:  # the newest versions pyproject.toml allows, into constraints.txt; then run `make test`
+	rm -rf .lock-venv && $(PY) -m venv .lock-venv
+	.lock-venv/bin/pip install -q --upgrade pip
+	.lock-venv/bin/pip install -q -e '.[dev]'
+	{ echo "# The packages the tests last passed with (make lock; pip install -c constraints.txt)."; \
+	  .lock-venv/bin/pip freeze --all --exclude-editable | grep -v '^pip=='; } > constraints.txt
+	rm -rf .lock-venv
 
 venv: $(BIN)/ocrstream
 

@@ -287,3 +287,35 @@ def test_transitive_providers_are_real() -> None:
             continue
         declared = {normalize(Requirement(r).name) for r in requires if "extra ==" not in r}
         assert brings <= declared, f"{dist} no longer requires {sorted(brings - declared)}"
+
+
+# --- constraints.txt: the set the tests pass with ----------------------------------------------
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for row in (ROOT / "constraints.txt").read_text().splitlines():
+        row = row.split("#", 1)[0].strip()
+        if row:
+            req = Requirement(row)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"constraints.txt: {row!r} is not an exact pin"
+            pins[normalize(req.name)] = spec.version
+    return pins
+
+
+def test_constraints_pin_every_dependency_within_pyproject() -> None:
+    """A fresh venv (make venv) and the images install exactly the versions CI tested."""
+    pins = _pins()
+    declared = [
+        *PYPROJECT["project"]["dependencies"],
+        *PYPROJECT["project"]["optional-dependencies"]["dev"],
+        *PYPROJECT["project"]["optional-dependencies"]["openvino"],
+    ]
+    for row in declared:
+        req = Requirement(row)
+        name = normalize(req.name)
+        assert name in pins, f"{name} is not pinned in constraints.txt (make lock)"
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {req.specifier}"
+        )
