@@ -71,7 +71,8 @@ def _blob_height(ink: npt.NDArray[Any], reach: int, min_lines: int) -> float | N
     count, _, stats, _ = cv2.connectedComponentsWithStats(smear, connectivity=4)
     if count <= 1:
         return None
-    widths = stats[1:, cv2.CC_STAT_WIDTH].astype(np.float64) - (reach - 1)  # the smear's own
+    # less the reach the smear added to each blob's right end
+    widths = stats[1:, cv2.CC_STAT_WIDTH].astype(np.float64) - (reach - 1)
     heights = stats[1:, cv2.CC_STAT_HEIGHT].astype(np.float64)
     keep = (heights >= 3) & (widths > 2.5 * heights) & (heights < ink.shape[0] / 4)
     if int(keep.sum()) < min_lines:
