@@ -217,6 +217,9 @@ class OcrSettings(BaseSettings):
     # batches were no faster there and each 20k px costs ~450 MB per stream), 20480 on a GPU.
     rec_batch_width: int | None = None
     rec_height: int = 48
+    # Line crops for rec: this share of the det box's height taller above and below, unless
+    # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is.
+    rec_crop_margin: float = Field(default=0.04, ge=0.0, le=0.5)
     use_cls: bool = False
     fix_orientation: bool = False
     deskew: bool = False

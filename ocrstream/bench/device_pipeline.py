@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.errors import FatalError, PoisonError
+from ocrstream.processors.ocr.geometry import grow_for_rec
 from ocrstream.processors.ocr.types import EngineInfo
 
 if TYPE_CHECKING:
@@ -446,7 +447,8 @@ class DevicePipeline:
         t = time.perf_counter()
         for i in range(n):
             if boxes[i]:
-                quads = np.stack([b.quad for b in boxes[i]])
+                h, w = sizes[i]
+                quads = np.stack(grow_for_rec([b.quad for b in boxes[i]], r.crop_margin, w, h))
                 crops.extend(crop_lines(images[i], quads, r.height, r.max_width))
                 owners.extend((i, k) for k in range(len(boxes[i])))
         texts: list[list[tuple[str, float]]] = [[("", 0.0)] * len(b) for b in boxes]

@@ -3,7 +3,9 @@
 One call runs every stage on the whole set of pages before the next stage starts:
 
 decode → (orientation) → (deskew) → det in same-shape batches → reading order → crop and
-rectify every line of every page → (line 0/180 classifier) → rec on width-bucketed batches
+rectify every line of every page (4% of its box's height taller above and below, short of a
+line that close: :func:`~ocrstream.processors.ocr.geometry.grow_for_rec`) → (line 0/180
+classifier) → rec on width-bucketed batches
 drawn from all pages at once → CTC → lines below ``min_confidence`` dropped → for pages given
 as :class:`~ocrstream.processors.ocr.types.LayoutPage`, the layout model on the upright page
 and the blocks built from its regions and the page's lines
@@ -60,7 +62,14 @@ from ocrstream.processors.ocr.backends import (
     stage_precision,
 )
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
-from ocrstream.processors.ocr.geometry import crop_quad, rotate_page, rotate_small, turn_quad_180
+from ocrstream.processors.ocr.geometry import (
+    NEIGHBOUR_OVERLAP,
+    crop_quad,
+    grow_for_rec,
+    rotate_page,
+    rotate_small,
+    turn_quad_180,
+)
 from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest, load_model_set
 from ocrstream.processors.ocr.order import reading_order
 from ocrstream.processors.ocr.orientation import (
@@ -144,7 +153,9 @@ class OcrEngine:
             std=self.models.det_std,
         )
         self.rec_params = rec_params or rec_mod.RecParams(
-            height=settings.rec_height, max_batch_width=settings.rec_batch_pixels
+            height=settings.rec_height,
+            max_batch_width=settings.rec_batch_pixels,
+            crop_margin=settings.rec_crop_margin,
         )
         self.min_confidence = settings.min_confidence
         rec_path, self._rec_classes = self.models.rec_path, 0
@@ -237,6 +248,7 @@ class OcrEngine:
             "min_confidence": s.min_confidence, "max_page_pixels": s.max_page_pixels,
             "det_params": repr(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
+            "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
         }  # fmt: skip
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
@@ -548,7 +560,9 @@ class OcrEngine:
         """The page's boxes cut out, rectified and resized to rec's height."""
         assert page.image is not None
         image, params = page.image, self.rec_params
-        return [rec_mod.resize_line(crop_quad(image, box.quad), params) for box in page.boxes]
+        h, w = image.shape[:2]
+        quads = grow_for_rec([box.quad for box in page.boxes], params.crop_margin, w, h)
+        return [rec_mod.resize_line(crop_quad(image, quad), params) for quad in quads]
 
     def _read(self, pages: list[_Page]) -> None:
         owners: list[tuple[int, int]] = []

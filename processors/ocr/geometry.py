@@ -5,6 +5,7 @@ A quad is a float32 array of shape (4, 2), clockwise from top-left, in (x, y) pi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import cv2
@@ -58,6 +59,51 @@ def quad_size(quad: Quad) -> tuple[float, float]:
     w = max(float(np.linalg.norm(tr - tl)), float(np.linalg.norm(br - bl)))
     h = max(float(np.linalg.norm(bl - tl)), float(np.linalg.norm(br - tr)))
     return w, h
+
+
+# A crop side is not grown where the nearest line on that side already overlaps the line's box
+# by more than this share of its height: small print, where growing took in the next line's
+# descenders and rec read them as accents (docs/benchmarks.md, session 11).
+NEIGHBOUR_OVERLAP = 0.2
+
+
+def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) -> list[Quad]:
+    """The page's line quads, each ``margin`` × its height taller above and below, for rec.
+
+    DB boxes come out a little short of the text (a thin kernel grown back by unclip; on A4
+    ~8% shorter than RapidOCR's, which dilates its bitmap): v6 small dropped spaces after
+    commas and digits on English A4 and misread clipped ascenders on receipts. Only the crop
+    grows; the line's reported polygon stays the det box. A side whose neighbour (the nearest
+    box above or below that shares some of its x-range) already overlaps it by more than
+    ``NEIGHBOUR_OVERLAP`` of its height keeps its edge. Vertical lines are left as they are.
+    """
+    if margin <= 0 or not quads:
+        return list(quads)
+    q = np.asarray(quads, dtype=np.float32).reshape(-1, 4, 2)
+    x0, y0 = q[:, :, 0].min(axis=1), q[:, :, 1].min(axis=1)
+    x1, y1 = q[:, :, 0].max(axis=1), q[:, :, 1].max(axis=1)
+    tall, cy = y1 - y0, (y0 + y1) / 2
+    shares_x = (np.minimum(x1[:, None], x1[None, :]) - np.maximum(x0[:, None], x0[None, :])) > 0
+    np.fill_diagonal(shares_x, False)
+    above = shares_x & (cy[None, :] < cy[:, None])  # [i, j]: j is above i
+    below = shares_x & (cy[None, :] > cy[:, None])
+    room_up = y0 - np.where(above, y1[None, :], -np.inf).max(axis=1)
+    room_down = np.where(below, y0[None, :], np.inf).min(axis=1) - y1
+    up = np.where(room_up > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
+    down = np.where(room_down > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
+    out: list[Quad] = []
+    for k, quad in enumerate(q):
+        w, h = quad_size(quad)
+        if h >= VERTICAL_RATIO * w or (up[k] == 0 and down[k] == 0):
+            out.append(quad)
+            continue
+        tl, tr, br, bl = quad
+        unit = (bl - tl) + (br - tr)
+        unit = unit / max(1e-6, float(np.linalg.norm(unit)))
+        lift, drop = unit * float(up[k]) * h, unit * float(down[k]) * h
+        grown = np.stack([tl - lift, tr - lift, br + drop, bl + drop]).astype(np.float32)
+        out.append(clip_quad(grown, width, height))
+    return out
 
 
 def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:

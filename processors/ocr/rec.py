@@ -34,6 +34,9 @@ class RecParams:
     # A batch holds at most this many output timesteps (sum of widths / 8): the output is
     # N x T x classes floats, ~75 KB per timestep for an 18,710-character dictionary.
     max_batch_width: int = 64 * 320
+    # Line crops are this share of their det box's height taller above and below
+    # (geometry.grow_for_rec); 0: the det box as it is.
+    crop_margin: float = 0.04
 
 
 def resized_width(crop_h: int, crop_w: int, params: RecParams) -> int:

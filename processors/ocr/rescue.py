@@ -36,7 +36,7 @@ from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import CPU_BACKENDS, create, rec_options
 from ocrstream.processors.ocr.backends.base import Backend
-from ocrstream.processors.ocr.geometry import crop_quad
+from ocrstream.processors.ocr.geometry import crop_quad, grow_for_rec
 from ocrstream.processors.ocr.models import ctc_best_model, file_digest, load_model_set
 from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
 from ocrstream.processors.page_key import engine_fingerprint
@@ -54,7 +54,9 @@ class LineRescue:
         self.below = below
         self.models = models = load_model_set(model, None)
         self.params = rec_mod.RecParams(
-            height=settings.rec_height, max_batch_width=settings.rec_batch_pixels
+            height=settings.rec_height,
+            max_batch_width=settings.rec_batch_pixels,
+            crop_margin=settings.rec_crop_margin,
         )
         backend = backend or create(settings)
         self.backend_name = backend.name
@@ -93,7 +95,10 @@ class LineRescue:
             return page
         start = time.perf_counter()
         bgr = decode_image(image, max_pixels=self.settings.max_page_pixels)
-        crops = [crop_quad(bgr, np.array(page.lines[i].polygon, np.float32)) for i in weak]
+        # grown for rec as the engine grows them, the page's other lines as neighbours
+        quads = [np.array(line.polygon, np.float32) for line in page.lines]
+        grown = grow_for_rec(quads, self.params.crop_margin, bgr.shape[1], bgr.shape[0])
+        crops = [crop_quad(bgr, grown[i]) for i in weak]
         lines = list(page.lines)
         for i, (text, conf) in zip(weak, self.read(crops), strict=True):
             text = text.strip()

@@ -1,0 +1,78 @@
+"""Rec crops a little taller than the det boxes, but not into the next line."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ocrstream.processors.ocr.engine import OcrEngine
+from ocrstream.processors.ocr.geometry import NEIGHBOUR_OVERLAP, grow_for_rec, quad_size
+from tests.fakes.engines import render_text_page, scan_noise
+
+
+def box(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
+    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float32)
+
+
+def test_a_lone_line_grows_by_the_margin_above_and_below_only():
+    (grown,) = grow_for_rec([box(100, 200, 600, 250)], 0.04, 1000, 1000)
+    np.testing.assert_allclose(grown, box(100, 198, 600, 252), atol=1e-4)
+
+
+def test_a_turned_line_grows_across_its_own_direction():
+    angle = math.radians(10)
+    along = np.array([math.cos(angle), math.sin(angle)], np.float32)
+    across = np.array([-math.sin(angle), math.cos(angle)], np.float32)
+    tl = np.array([100.0, 100.0], np.float32)
+    quad = np.stack([tl, tl + 400 * along, tl + 400 * along + 50 * across, tl + 50 * across])
+    (grown,) = grow_for_rec([quad.astype(np.float32)], 0.1, 1000, 1000)
+    w, h = quad_size(grown)
+    assert w == pytest.approx(400, abs=0.01)
+    assert h == pytest.approx(60, abs=0.01)
+    np.testing.assert_allclose(grown[0], tl - 5 * across, atol=1e-3)
+
+
+def test_sides_facing_a_close_neighbour_keep_their_edge():
+    gap = -(NEIGHBOUR_OVERLAP + 0.05) * 50  # boxes overlap by a quarter of their height
+    top, bottom = box(100, 100, 600, 150), box(150, 150 + gap, 700, 200 + gap)
+    far = box(100, 500, 600, 550)  # free space above and below
+    g_top, g_bottom, g_far = grow_for_rec([top, bottom, far], 0.04, 1000, 1000)
+    assert g_top[0, 1] == pytest.approx(98)  # grown above, where nothing is
+    assert g_top[3, 1] == pytest.approx(150)  # not below, into the overlapping next line
+    assert g_bottom[0, 1] == pytest.approx(150 + gap)
+    assert g_bottom[3, 1] == pytest.approx(202 + gap)
+    np.testing.assert_allclose(g_far, box(100, 498, 600, 552), atol=1e-4)
+
+
+def test_a_neighbour_only_slightly_overlapping_does_not_stop_the_growth():
+    top, bottom = box(100, 100, 600, 150), box(100, 148, 600, 198)  # 2 px: 4% of the height
+    g_top, g_bottom = grow_for_rec([top, bottom], 0.04, 1000, 1000)
+    assert g_top[3, 1] == pytest.approx(152)
+    assert g_bottom[0, 1] == pytest.approx(146)
+
+
+def test_vertical_lines_pages_edges_and_no_margin():
+    vertical = box(100, 100, 140, 400)
+    edge = box(0, 0, 300, 40)
+    g_vertical, g_edge = grow_for_rec([vertical, edge], 0.04, 300, 1000)
+    np.testing.assert_array_equal(g_vertical, vertical)
+    assert g_edge[:, 1].min() == 0.0 and g_edge[:, 0].max() == 299.0  # clipped to the page
+    assert g_edge[:, 1].max() == pytest.approx(41.6)
+    same = grow_for_rec([edge], 0.0, 300, 1000)
+    np.testing.assert_array_equal(same[0], edge)
+
+
+def test_the_margin_changes_the_crops_not_the_reported_boxes(ocr_engine: OcrEngine):
+    """The polygons a user gets are the det boxes; the page cache tells the settings apart."""
+    lines = ["Quarterly statement, account 4471-2290", "Balance due: 12,900.15 on 2024-03-31"]
+    page_bytes = scan_noise(render_text_page(lines), angle=0.0, sigma=4.0, quality=85)
+    settings = ocr_engine.settings
+    assert settings.rec_crop_margin > 0
+    plain = OcrEngine(settings.model_copy(update={"rec_crop_margin": 0.0}))
+    (a,) = ocr_engine.recognize([page_bytes])
+    (b,) = plain.recognize([page_bytes])
+    assert [line.polygon for line in a.lines] == [line.polygon for line in b.lines]
+    assert [line.text for line in a.lines] == lines
+    assert ocr_engine.fingerprint("text") != plain.fingerprint("text")
