@@ -152,11 +152,7 @@ class OcrEngine:
             mean=self.models.det_mean,
             std=self.models.det_std,
         )
-        self.rec_params = rec_params or rec_mod.RecParams(
-            height=settings.rec_height,
-            max_batch_width=settings.rec_batch_pixels,
-            crop_margin=settings.rec_crop_margin,
-        )
+        self.rec_params = rec_params or rec_mod.RecParams.from_settings(settings)
         self.min_confidence = settings.min_confidence
         rec_path, self._rec_classes = self.models.rec_path, 0
         cpu = self._rec_backend.name in CPU_BACKENDS

@@ -14,12 +14,16 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 import numpy.typing as npt
 
 from ocrstream.errors import FatalError
+
+if TYPE_CHECKING:
+    from ocrstream.settings import OcrSettings
 
 ImageBGR = npt.NDArray[np.uint8]
 FloatArray = npt.NDArray[np.float32]
@@ -37,6 +41,15 @@ class RecParams:
     # Line crops are this share of their det box's height taller above and below
     # (geometry.grow_for_rec); 0: the det box as it is.
     crop_margin: float = 0.04
+
+    @classmethod
+    def from_settings(cls, settings: OcrSettings) -> RecParams:
+        """What the settings choose (the engine's and line rescue's rec read lines alike)."""
+        return cls(
+            height=settings.rec_height,
+            max_batch_width=settings.rec_batch_pixels,
+            crop_margin=settings.rec_crop_margin,
+        )
 
 
 def resized_width(crop_h: int, crop_w: int, params: RecParams) -> int:

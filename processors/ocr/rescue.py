@@ -53,11 +53,7 @@ class LineRescue:
         self.settings = settings
         self.below = below
         self.models = models = load_model_set(model, None)
-        self.params = rec_mod.RecParams(
-            height=settings.rec_height,
-            max_batch_width=settings.rec_batch_pixels,
-            crop_margin=settings.rec_crop_margin,
-        )
+        self.params = rec_mod.RecParams.from_settings(settings)
         backend = backend or create(settings)
         self.backend_name = backend.name
         path, classes = models.rec_path, 0
