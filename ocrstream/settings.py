@@ -220,6 +220,9 @@ class OcrSettings(BaseSettings):
     # Line crops for rec: this share of the det box's height taller above and below, unless
     # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is.
     rec_crop_margin: float = Field(default=0.04, ge=0.0, le=0.5)
+    # A space the greedy CTC path lost is read back where the space class's probability
+    # reached this on the blank steps between two characters (rec.ctc_greedy); 0: off.
+    rec_space_min: float = Field(default=0.1, ge=0.0, le=1.0)
     use_cls: bool = False
     fix_orientation: bool = False
     deskew: bool = False

@@ -26,8 +26,10 @@ tensors, through the torch (and TensorRT) sessions' device path
    ``height x ceil(height * w / h)``. Tall boxes (h/w >= 1.5) are turned 90° counter-clockwise
    like PaddleOCR's ``get_rotate_crop_image``. Output is normalised ``(x/255 - 0.5) / 0.5``.
 5. :func:`rec_batch`: crops of one width bucket are right-padded with zeros into one batch.
-6. :func:`ctc_greedy`: argmax and its probability per time step on the device; only two small
-   ``N x T`` arrays go back to the host for the character lookup.
+6. :func:`ctc_best`: argmax, its probability and the space's per time step on the device;
+   only an ``N x T x 3`` array goes back to the host, decoded there as the CPU engine decodes
+   its compact rec head (:func:`~ocrstream.processors.ocr.rec.ctc_greedy`, restored spaces
+   included).
 
 Colour order: the PP-OCR models were trained on OpenCV's BGR images; ``bgr=True`` (default)
 flips decoded RGB to BGR on the device so the numbers match the CPU path.
@@ -305,26 +307,13 @@ def rec_batch(
 # --------------------------------------------------------------------------- CTC
 
 
-def ctc_greedy(probs: torch.Tensor) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
-    """Argmax class and its probability per time step (``NxTxC`` in, two ``NxT`` out)."""
+def ctc_best(probs: torch.Tensor) -> npt.NDArray[np.float32]:
+    """Per time step the argmax class (as a float), its probability and the last class's (the
+    space): ``NxTxC`` in, ``NxTx3`` out, the layout of the CPU engine's compact rec head."""
+    torch = _torch()
     values, index = probs.max(dim=-1)
-    return (index.to(dtype=_torch().int32).cpu().numpy(), values.float().cpu().numpy())
-
-
-def ctc_collapse(
-    index: npt.NDArray[np.int32], values: npt.NDArray[np.float32], charset: Sequence[str]
-) -> list[tuple[str, float]]:
-    """Greedy CTC decode of :func:`ctc_greedy`'s arrays: drop repeats and blanks (index 0)."""
-    out: list[tuple[str, float]] = []
-    if index.size == 0:
-        return [("", 0.0)] * len(index)
-    keep = index != 0
-    keep[:, 1:] &= index[:, 1:] != index[:, :-1]
-    for row, mask, vals in zip(index, keep, values, strict=True):
-        ids = row[mask]
-        text = "".join(charset[i] for i in ids if i < len(charset))
-        out.append((text, float(vals[mask].mean()) if ids.size else 0.0))
-    return out
+    best = torch.stack([index.float(), values.float(), probs[..., -1].float()], dim=-1)
+    return best.cpu().numpy()
 
 
 # --------------------------------------------------------------------------- pipeline
@@ -457,7 +446,7 @@ class DevicePipeline:
         for idx in rec_mod.plan_batches(widths, self.rec_batch, r):
             t = time.perf_counter()
             probs = self.rec.run_torch(rec_batch([crops[k] for k in idx], widths[idx[0]]))
-            decoded = ctc_collapse(*ctc_greedy(probs), self.charset)
+            decoded = rec_mod.ctc_greedy(ctc_best(probs), self.charset, r.space_min)
             share = (time.perf_counter() - t) * 1000 / len(idx) + crop_share
             for j, k in enumerate(idx):
                 pi, bi = owners[k]

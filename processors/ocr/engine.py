@@ -246,6 +246,8 @@ class OcrEngine:
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
             "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
         }  # fmt: skip
+        if self.rec_params.space_min:  # only when on: pages cached before read again once
+            options["rec_space_min"] = self.rec_params.space_min
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -469,7 +471,7 @@ class OcrEngine:
 
         def run(idx: list[int]) -> list[tuple[str, float]]:
             batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)
-            return rec_mod.ctc_greedy(self._rec.run(batch), self._charset)
+            return rec_mod.ctc_greedy(self._rec.run(batch), self._charset, params.space_min)
 
         if self._pool is not None and len(batches) > 1:
             results = list(self._pool.map(run, batches))

@@ -411,19 +411,22 @@ def _write_joined(path: Path, target: Path, join: Callable[[Any], str]) -> Path:
 
 
 def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
-    """A copy of the rec model whose output is, per time step, the best class and its
-    probability (N × T × 2, the class index as a float) instead of all probabilities.
+    """A copy of the rec model whose output is, per time step, the best class, its
+    probability and the last class's (the space, where the dictionary has one: for
+    :func:`.rec.ctc_greedy`'s restored spaces) instead of all probabilities (N × T × 3, the
+    class index as a float).
 
     The full output of PP-OCRv6 rec is 18,710 floats per step, ~75 KB: copying it out of the
     runtime and taking its argmax in numpy cost ~5% of CPU rec time, for the same text. The
-    head is ArgMax + ReduceMax + Concat after the Softmax, so every ONNX runtime runs it. The
+    head is ArgMax + ReduceMax + Gather + Concat after the Softmax, so every ONNX runtime
+    runs it. The
     copy lives in ``cache_dir/models`` named by the source's hash; returns its path and the
     number of classes, or None when the model's output is not a (N, T, classes) softmax or
     the cache is not writable. The number of classes is kept beside the copy
     (``.classes``), so a process that finds both reads neither model (start-up).
     """
     source_hash = file_digest(rec_path)
-    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best.onnx"
+    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best-space.onnx"
     known = target.with_suffix(".classes")
     try:
         if target.is_file() and known.is_file():
@@ -459,12 +462,17 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
             reduce_max = helper.make_node(
                 "ReduceMax", [out.name], ["ctc_max"], axes=[2], keepdims=1
             )
+        last = helper.make_tensor("ctc_last", TensorProto.INT64, [1], [classes - 1])
+        model.graph.initializer.append(last)
         model.graph.node.extend(
             [
                 helper.make_node("ArgMax", [out.name], ["ctc_idx"], axis=2, keepdims=1),
                 helper.make_node("Cast", ["ctc_idx"], ["ctc_idx_f"], to=TensorProto.FLOAT),
                 reduce_max,
-                helper.make_node("Concat", ["ctc_idx_f", "ctc_max"], ["ctc_best"], axis=2),
+                helper.make_node("Gather", [out.name, "ctc_last"], ["ctc_space"], axis=2),
+                helper.make_node(
+                    "Concat", ["ctc_idx_f", "ctc_max", "ctc_space"], ["ctc_best"], axis=2
+                ),
             ]
         )
         del model.graph.output[:]
@@ -472,7 +480,7 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
             helper.make_tensor_value_info(
                 "ctc_best",
                 TensorProto.FLOAT,
-                [dims[0].dim_param or "N", dims[1].dim_param or "T", 2],
+                [dims[0].dim_param or "N", dims[1].dim_param or "T", 3],
             )
         )
         target.parent.mkdir(parents=True, exist_ok=True)

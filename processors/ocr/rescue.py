@@ -68,8 +68,15 @@ class LineRescue:
         self._charset = rec_mod.match_charset(classes, models.charset, models.rec_path)
 
     def fingerprint_part(self) -> dict[str, object]:
-        """What the rescue adds to an engine's fingerprint: its model file and threshold."""
-        return {"rescue_rec": file_digest(self.models.rec_path), "rescue_below": self.below}
+        """What the rescue adds to an engine's fingerprint: its model file and threshold (and
+        the restored spaces' threshold, when on)."""
+        part: dict[str, object] = {
+            "rescue_rec": file_digest(self.models.rec_path),
+            "rescue_below": self.below,
+        }
+        if self.params.space_min:
+            part["rescue_space_min"] = self.params.space_min
+        return part
 
     def read(self, crops: Sequence[Any]) -> list[tuple[str, float]]:
         """Text and confidence of line crops (BGR, any size), in their order."""
@@ -78,8 +85,8 @@ class LineRescue:
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
         for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, self.params):
             batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], self.params)
-            for i, result in zip(idx, rec_mod.ctc_greedy(self._rec.run(batch), self._charset),
-                                 strict=True):  # fmt: skip
+            decoded = rec_mod.ctc_greedy(self._rec.run(batch), self._charset, self.params.space_min)
+            for i, result in zip(idx, decoded, strict=True):
                 out[i] = result
         return out
 

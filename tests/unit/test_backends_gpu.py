@@ -307,16 +307,24 @@ def test_det_tensor_matches_the_cpu_normalisation() -> None:
 def test_ctc_on_device_arrays() -> None:
     import torch
 
-    from ocrstream.bench.device_pipeline import ctc_collapse, ctc_greedy
+    from ocrstream.bench.device_pipeline import ctc_best
+    from ocrstream.processors.ocr.rec import ctc_greedy
 
-    probs = torch.zeros(2, 6, 4)
-    for t, c in enumerate([1, 1, 0, 1, 2, 2]):
+    charset = ["", "a", "b", "c", " "]
+    probs = torch.zeros(2, 8, 5)
+    for t, c in enumerate([1, 1, 0, 1, 2, 2, 0, 3]):
         probs[0, t, c] = 0.9
+    probs[0, 6, 4] = 0.3  # the blank before "c" has the space in second place
     probs[1, :, 0] = 1.0
-    text = ctc_collapse(*ctc_greedy(probs), ["", "a", "b", " "])
-    assert text[0][0] == "aab"
+    best = ctc_best(probs)
+    assert best.shape == (2, 8, 3)
+    text = ctc_greedy(best, charset, space_min=0.1)
+    assert text[0][0] == "aab c"
     assert text[0][1] == pytest.approx(0.9)
     assert text[1] == ("", 0.0)
+    # the same arrays read on the host from the full output
+    assert ctc_greedy(probs.numpy(), charset, 0.1) == text
+    assert ctc_greedy(best, charset)[0][0] == "aabc"
 
 
 @needs_torch

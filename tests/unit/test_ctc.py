@@ -48,6 +48,57 @@ def test_batch_rows_decode_independently_and_blank_rows_are_empty():
     assert out == [("abc", pytest.approx(0.9)), ("", 0.0), ("c", pytest.approx(0.5))]
 
 
+def _with_space(seq: list[int], space_at: dict[int, float]) -> np.ndarray:
+    """Steps of ``seq`` at 0.9, with the space class at the given probability on some steps."""
+    probs = _probs(seq, [0.9] * len(seq))
+    for t, p in space_at.items():
+        probs[t, 4] = p
+    return probs
+
+
+def test_a_space_lost_on_blank_steps_is_read_back():
+    # a , _ _ b: the blank steps between "a" and "b" had the space at 0.3 and 0.05
+    probs = _with_space([1, 0, 0, 2], {1: 0.05, 2: 0.3})
+    assert ctc_greedy(probs[None], CHARSET) == [("ab", pytest.approx(0.9))]
+    ((text, score),) = ctc_greedy(probs[None], CHARSET, space_min=0.1)
+    assert text == "a b"
+    assert score == pytest.approx(0.9)  # the model's own steps only
+    # under the threshold, or on a character's own step (no blank between): nothing
+    assert ctc_greedy(probs[None], CHARSET, space_min=0.4)[0][0] == "ab"
+    adjacent = _with_space([1, 1, 2], {1: 0.3})
+    assert ctc_greedy(adjacent[None], CHARSET, space_min=0.1)[0][0] == "ab"
+
+
+def test_restored_spaces_never_double_or_pad_the_ends():
+    # _ a _ space _ b _ : spaces around the model's own space, and at both ends, stay out
+    probs = _with_space([0, 1, 0, 4, 0, 2, 0], {0: 0.5, 2: 0.5, 4: 0.5, 6: 0.5})
+    assert ctc_greedy(probs[None], CHARSET, space_min=0.1)[0][0] == "a b"
+    # a repeat of the same character across a blank is two characters, with the space
+    repeat = _with_space([1, 0, 1], {1: 0.2})
+    assert ctc_greedy(repeat[None], CHARSET, space_min=0.1)[0][0] == "a a"
+
+
+def test_compact_rows_with_the_space_column_decode_like_full_ones():
+    spaced = _with_space([1, 0, 0, 2, 2, 0, 3], {1: 0.2, 5: 0.02})
+    rows = np.stack([spaced, _probs([0] * 7, [0.9] * 7)])
+    idx = rows.argmax(axis=2)
+    compact = np.stack(
+        [idx.astype(np.float32), rows.max(axis=2), rows[..., len(CHARSET) - 1]], axis=2
+    )
+    want = ctc_greedy(rows, CHARSET, space_min=0.1)
+    assert want[0][0] == "a bc"
+    assert ctc_greedy(compact, CHARSET, space_min=0.1) == want
+    # the older two-column layout carries no space: the greedy text alone
+    assert ctc_greedy(compact[..., :2], CHARSET, space_min=0.1)[0][0] == "abc"
+
+
+def test_a_dictionary_without_space_restores_none():
+    no_space = CHARSET[:-1]
+    rows = _probs([1, 0, 2], [0.9] * 3)[:, :4]
+    rows[1, 3] = 0.3  # the last class is "c" here, not a space
+    assert ctc_greedy(rows[None], no_space, space_min=0.1)[0][0] == "ab"
+
+
 def test_ctc_rejects_wrong_rank():
     with pytest.raises(ValueError, match="N x T x C"):
         ctc_greedy(np.zeros((4, 5), np.float32), CHARSET)
@@ -95,6 +146,25 @@ def test_compact_ctc_head_decodes_like_the_full_output(tmp_path):
         backend.load(path, "rec", options),
     )
     x = np.random.default_rng(0).uniform(-1, 1, (3, 3, 48, 160)).astype(np.float32)
-    out = compact.run(x)
-    assert out.shape[2] == 2
-    assert ctc_greedy(out, models.charset) == ctc_greedy(full.run(x), models.charset)
+    out, probs = compact.run(x), full.run(x)
+    assert out.shape[2] == 3
+    np.testing.assert_allclose(out[..., 2], probs[..., -1], rtol=1e-5, atol=1e-7)
+    assert ctc_greedy(out, models.charset) == ctc_greedy(probs, models.charset)
+    assert ctc_greedy(out, models.charset, 0.1) == ctc_greedy(probs, models.charset, 0.1)
+
+
+def test_the_engine_restores_no_space_on_clean_lines_and_keys_the_cache_apart(ocr_engine):
+    """On clean lines the restored spaces change nothing a user reads (text, confidence);
+    the page cache still tells the two settings apart."""
+    from ocrstream.processors.ocr.engine import OcrEngine
+    from tests.fakes.engines import render_text_page, scan_noise
+
+    lines = ["Invoice 2291, due 2024-03-31: total 1,250.00", "Kindly remit to the account below."]
+    page = scan_noise(render_text_page(lines), angle=0.0, sigma=4.0, quality=85)
+    assert ocr_engine.settings.rec_space_min > 0
+    greedy = OcrEngine(ocr_engine.settings.model_copy(update={"rec_space_min": 0.0}))
+    (a,) = ocr_engine.recognize([page])
+    (b,) = greedy.recognize([page])
+    assert [line.text for line in a.lines] == lines
+    assert [line.confidence for line in a.lines] == [line.confidence for line in b.lines]
+    assert ocr_engine.fingerprint("text") != greedy.fingerprint("text")
