@@ -419,10 +419,9 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
     The full output of PP-OCRv6 rec is 18,710 floats per step, ~75 KB: copying it out of the
     runtime and taking its argmax in numpy cost ~5% of CPU rec time, for the same text. The
     head is ArgMax + ReduceMax + Gather + Concat after the Softmax, so every ONNX runtime
-    runs it. The
-    copy lives in ``cache_dir/models`` named by the source's hash; returns its path and the
-    number of classes, or None when the model's output is not a (N, T, classes) softmax or
-    the cache is not writable. The number of classes is kept beside the copy
+    runs it. The copy lives in ``cache_dir/models`` named by the source's hash; returns its
+    path and the number of classes, or None when the model's output is not a (N, T, classes)
+    softmax or the cache is not writable. The number of classes is kept beside the copy
     (``.classes``), so a process that finds both reads neither model (start-up).
     """
     source_hash = file_digest(rec_path)
