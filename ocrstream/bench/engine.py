@@ -40,6 +40,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -85,6 +86,12 @@ class EngineRun:
     cer_norm: float | None = None
     counts: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    # with --rounds N: every round's wall time, in order; wall_s is then their median
+    round_wall_s: list[float] = field(default_factory=list)
+
+    @property
+    def round_pages_per_s(self) -> list[float]:
+        return [self.pages / w for w in self.round_wall_s if w > 0]
 
     @property
     def pages_per_s(self) -> float:
@@ -93,6 +100,8 @@ class EngineRun:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["pages_per_s"] = round(self.pages_per_s, 4)
+        if self.round_wall_s:
+            out["round_pages_per_s"] = [round(x, 4) for x in self.round_pages_per_s]
         return out
 
 
@@ -486,6 +495,15 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
             if ours.cer_norm is not None and other.cer_norm is not None:
                 line += f", normalised CER {ours.cer_norm - other.cer_norm:+.4f}"
             rows.append(line)
+    rounds = [r for r in runs if len(r.round_wall_s) > 1 and not r.error]
+    if rounds:
+        rows.append(
+            f"pages/s: the median of {len(rounds[0].round_wall_s)} rounds, engines alternating; "
+            "each round: "
+            + "; ".join(
+                f"{r.engine} " + " / ".join(f"{x:.3f}" for x in r.round_pages_per_s) for r in rounds
+            )
+        )
     rows.append("stage columns: ms per page (sums of batch shares); CER: raw, nCER: normalised")
     return "\n".join(rows)
 
@@ -495,28 +513,48 @@ def bench(
     cfg: BenchConfig,
     engines: Sequence[str],
     tesseract_processes: int | None = None,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """Run every available engine on every dataset; the JSON-ready report."""
+    """Run every available engine on every dataset; the JSON-ready report.
+
+    ``rounds`` > 1 runs every engine that many times per dataset, each time in fresh
+    processes, the engines' order reversed every other round (A B C, C B A, …), so that a
+    machine whose speed drifts over minutes (a shared VM) weighs on all of them alike; pages/s
+    is then each engine's median round, and the table lists every round. Text, CER, stage
+    times and memory are the first round's (the text is the same in every round)."""
     report: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "datasets": {}}
+    present = [e for e in engines if available(e)]
     for name, samples in datasets.items():
-        runs = []
-        for engine in engines:
-            if not available(engine):
-                continue
-            procs = (
-                (tesseract_processes or os.cpu_count() or 1)
-                if engine == "tesseract"
-                else cfg.processes
-            )
-            run, preds = run_engine(engine, cfg, samples, max(1, procs))
-            score(run, preds, samples)
-            runs.append(run)
-            print(
-                f"  {engine}: {run.pages} pages in {run.wall_s:.1f}s"
-                + (f" ({run.error})" if run.error else ""),
-                file=sys.stderr,
-                flush=True,
-            )
+        found: dict[str, EngineRun] = {}
+        for n in range(max(1, rounds)):
+            for engine in present if n % 2 == 0 else present[::-1]:
+                procs = (
+                    (tesseract_processes or os.cpu_count() or 1)
+                    if engine == "tesseract"
+                    else cfg.processes
+                )
+                run, preds = run_engine(engine, cfg, samples, max(1, procs))
+                first = found.get(engine)
+                if first is None:
+                    score(run, preds, samples)
+                    found[engine] = first = run
+                elif run.error and not first.error:
+                    first.error = run.error
+                if not run.error:
+                    first.round_wall_s.append(run.wall_s)
+                print(
+                    f"  {engine}: {run.pages} pages in {run.wall_s:.1f}s"
+                    + (f" (round {n + 1} of {rounds})" if rounds > 1 else "")
+                    + (f" ({run.error})" if run.error else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+        runs = [found[e] for e in present if e in found]
+        for run in runs:
+            if rounds > 1 and run.round_wall_s:
+                run.wall_s = statistics.median(run.round_wall_s)
+            else:
+                run.round_wall_s = []
         report["datasets"][name] = {
             "pages": len(samples),
             "runs": [r.to_dict() for r in runs],

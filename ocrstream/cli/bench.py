@@ -153,6 +153,14 @@ def bench() -> None:
     help="Timed runs per whole-process command.",
 )
 @click.option(
+    "--rounds",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Steady-state runs per engine and dataset, engines alternating; pages/s is each "
+    "engine's median (for a machine whose speed drifts, such as a shared VM).",
+)
+@click.option(
     "--steady/--no-steady",
     default=True,
     show_default=True,
@@ -182,6 +190,7 @@ def engine(
     whole_process: bool,
     whole_pages: str,
     repeats: int,
+    rounds: int,
     steady: bool,
     json_out: Path | None,
 ) -> None:
@@ -232,7 +241,7 @@ def engine(
         except MissingRequirement as e:
             raise click.UsageError(str(e)) from e
     try:
-        report = run_bench(sets if steady else {}, cfg, chosen, tesseract_processes)
+        report = run_bench(sets if steady else {}, cfg, chosen, tesseract_processes, rounds)
         if whole_process:
             report["whole_process"] = _whole(sets, cfg, chosen, whole_pages, repeats)
     finally:

@@ -22,6 +22,8 @@ from ocrstream.bench.engine import (
     score,
 )
 
+SQUARE = ((0.0, 0.0), (100.0, 0.0), (100.0, 20.0), (0.0, 20.0))
+
 TSV = (
     "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext\n"
     "1\t1\t0\t0\t0\t0\t0\t0\t800\t600\t-1\t\n"
@@ -169,3 +171,36 @@ def test_bench_group_lists_engine_and_the_pipeline_slot() -> None:
     missing = CliRunner().invoke(main, ["bench", "engine"])
     assert missing.exit_code != 0
     assert "--synthetic-a4" in missing.output
+
+
+def test_rounds_alternate_the_engines_and_report_each_ones_median(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine whose speed drifts, --rounds runs A B, B A, A B and quotes medians."""
+    import ocrstream.bench.engine as be
+
+    samples = [Sample(name="p", path=tmp_path / "p.png", gt=(TextLine("Total", SQUARE),))]
+    walls = {"ocrstream": [1.0, 4.0, 2.0], "rapidocr": [3.0, 9.0, 6.0]}
+    calls: list[str] = []
+
+    def fake_run(engine: str, cfg: BenchConfig, s: object, processes: int) -> object:
+        calls.append(engine)
+        run = EngineRun(engine=engine, setup="x", pages=1, wall_s=walls[engine].pop(0))
+        text = "Total" if engine == "ocrstream" else "Tota1"
+        return run, {str(samples[0].path): [TextLine(text, SQUARE)]}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    report = be.bench({"set": samples}, BenchConfig(), ["ocrstream", "rapidocr"], rounds=3)
+    assert calls == ["ocrstream", "rapidocr", "rapidocr", "ocrstream", "ocrstream", "rapidocr"]
+    ours, peer = report["datasets"]["set"]["runs"]
+    assert ours["pages_per_s"] == 0.5  # median wall 2.0 s of 1.0 / 4.0 / 2.0
+    assert peer["pages_per_s"] == pytest.approx(1 / 6, abs=1e-4)
+    assert ours["round_pages_per_s"] == [1.0, 0.25, 0.5]
+    assert (ours["cer_norm"], peer["cer_norm"]) == (0.0, 0.2)
+    table = report["datasets"]["set"]["table"]
+    assert "ocrstream / rapidocr: 3.00x pages/s" in table
+    assert "median of 3 rounds" in table
+    walls["ocrstream"] = [1.0]
+    single = be.bench({"set": samples}, BenchConfig(), ["ocrstream"], rounds=1)
+    assert "round_pages_per_s" not in single["datasets"]["set"]["runs"][0]
