@@ -540,7 +540,7 @@ def bench(
                     found[engine] = first = run
                 elif run.error and not first.error:
                     first.error = run.error
-                if not run.error:
+                if rounds > 1 and not run.error:
                     first.round_wall_s.append(run.wall_s)
                 print(
                     f"  {engine}: {run.pages} pages in {run.wall_s:.1f}s"
@@ -551,10 +551,8 @@ def bench(
                 )
         runs = [found[e] for e in present if e in found]
         for run in runs:
-            if rounds > 1 and run.round_wall_s:
+            if run.round_wall_s:
                 run.wall_s = statistics.median(run.round_wall_s)
-            else:
-                run.round_wall_s = []
         report["datasets"][name] = {
             "pages": len(samples),
             "runs": [r.to_dict() for r in runs],
