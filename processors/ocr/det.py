@@ -142,6 +142,17 @@ def plan_batches(
     return batches
 
 
+def sigmoid(logits: FloatArray) -> FloatArray:
+    """A det logits map (:func:`.models.det_logits_model`) as probabilities, in place:
+    1 / (1 + exp(-x)), what the model's own last Sigmoid computes."""
+    with np.errstate(over="ignore"):  # exp(-x) of a very negative logit: inf, probability 0
+        np.negative(logits, out=logits)
+        np.exp(logits, out=logits)
+    logits += 1.0
+    np.reciprocal(logits, out=logits)
+    return logits
+
+
 def boxes_from_map(
     prob: FloatArray, page_height: int, page_width: int, params: DetParams
 ) -> list[Box]:

@@ -410,7 +410,17 @@ def _write_joined(path: Path, target: Path, join: Callable[[Any], str]) -> Path:
     return target
 
 
-def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
+# Backends whose compact rec head finds each step's best class by equality with its maximum
+# instead of ONNX ArgMax (:func:`ctc_best_model`). OpenVINO's CPU plugin runs ArgMax as a TopK
+# (k=1) that took 21% of v6 small's and 32% of v6 tiny's bf16 rec time (8 lines of 320 px, one
+# thread, on a Zen 4); the equality form took 19% / 26% less rec time for the same output.
+# onnxruntime's own ArgMax is the faster there (docs/benchmarks.md, session 13).
+ARGMAX_BY_EQUALITY = frozenset({"openvino"})
+
+
+def ctc_best_model(
+    rec_path: Path, cache_dir: Path, backend: str = "onnxruntime"
+) -> tuple[Path, int] | None:
     """A copy of the rec model whose output is, per time step, the best class, its
     probability and the last class's (the space, where the dictionary has one: for
     :func:`.rec.ctc_greedy`'s restored spaces) instead of all probabilities (N × T × 3, the
@@ -418,14 +428,20 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
 
     The full output of PP-OCRv6 rec is 18,710 floats per step, ~75 KB: copying it out of the
     runtime and taking its argmax in numpy cost ~5% of CPU rec time, for the same text. The
-    head is ArgMax + ReduceMax + Gather + Concat after the Softmax, so every ONNX runtime
-    runs it. The copy lives in ``cache_dir/models`` named by the source's hash; returns its
-    path and the number of classes, or None when the model's output is not a (N, T, classes)
-    softmax or the cache is not writable. The number of classes is kept beside the copy
-    (``.classes``), so a process that finds both reads neither model (start-up).
+    head is ReduceMax + Gather + Concat after the Softmax, and the best class's index either
+    as ONNX ArgMax or, for a backend of :data:`ARGMAX_BY_EQUALITY` (``backend``), as the
+    smallest index whose probability equals the maximum (Equal, Where over the class
+    indices, ReduceMin): the same first maximum that ArgMax returns, in a separate file.
+    Every ONNX runtime runs either. The copy lives in ``cache_dir/models`` named by the
+    source's hash; returns its path and the number of classes, or None when the model's
+    output is not a (N, T, classes) softmax or the cache is not writable. The number of
+    classes is kept beside the copy (``.classes``), so a process that finds both reads
+    neither model (start-up).
     """
     source_hash = file_digest(rec_path)
-    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best-space.onnx"
+    equality = backend in ARGMAX_BY_EQUALITY
+    suffix = "-eq" if equality else ""
+    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best-space{suffix}.onnx"
     known = target.with_suffix(".classes")
     try:
         if target.is_file() and known.is_file():
@@ -434,7 +450,7 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
         pass
     try:
         import onnx
-        from onnx import TensorProto, helper
+        from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         return None
     try:
@@ -451,31 +467,44 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
             _write_text(known, str(classes))
             return target, classes
         opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        graph = model.graph
         if opset >= 18:
-            axes = helper.make_tensor("ctc_axes", TensorProto.INT64, [1], [2])
-            model.graph.initializer.append(axes)
-            reduce_max = helper.make_node(
-                "ReduceMax", [out.name, "ctc_axes"], ["ctc_max"], keepdims=1
-            )
-        else:
-            reduce_max = helper.make_node(
-                "ReduceMax", [out.name], ["ctc_max"], axes=[2], keepdims=1
-            )
+            graph.initializer.append(helper.make_tensor("ctc_axes", TensorProto.INT64, [1], [2]))
+
+        def reduce(op: str, source: str, name: str) -> Any:
+            if opset >= 18:  # axes as an input from opset 18 (ReduceMax, ReduceMin)
+                return helper.make_node(op, [source, "ctc_axes"], [name], keepdims=1)
+            return helper.make_node(op, [source], [name], axes=[2], keepdims=1)
+
         last = helper.make_tensor("ctc_last", TensorProto.INT64, [1], [classes - 1])
-        model.graph.initializer.append(last)
-        model.graph.node.extend(
-            [
+        graph.initializer.append(last)
+        nodes = [reduce("ReduceMax", out.name, "ctc_max")]
+        if equality and opset >= 11:  # Equal on floats from opset 11
+            import numpy as np
+
+            graph.initializer.extend(
+                [
+                    numpy_helper.from_array(np.arange(classes, dtype=np.float32), "ctc_range"),
+                    numpy_helper.from_array(np.array(classes, np.float32), "ctc_none"),
+                ]
+            )
+            nodes += [
+                helper.make_node("Equal", [out.name, "ctc_max"], ["ctc_is_max"]),
+                helper.make_node("Where", ["ctc_is_max", "ctc_range", "ctc_none"], ["ctc_at"]),
+                reduce("ReduceMin", "ctc_at", "ctc_idx_f"),
+            ]
+        else:
+            nodes += [
                 helper.make_node("ArgMax", [out.name], ["ctc_idx"], axis=2, keepdims=1),
                 helper.make_node("Cast", ["ctc_idx"], ["ctc_idx_f"], to=TensorProto.FLOAT),
-                reduce_max,
-                helper.make_node("Gather", [out.name, "ctc_last"], ["ctc_space"], axis=2),
-                helper.make_node(
-                    "Concat", ["ctc_idx_f", "ctc_max", "ctc_space"], ["ctc_best"], axis=2
-                ),
             ]
-        )
-        del model.graph.output[:]
-        model.graph.output.append(
+        nodes += [
+            helper.make_node("Gather", [out.name, "ctc_last"], ["ctc_space"], axis=2),
+            helper.make_node("Concat", ["ctc_idx_f", "ctc_max", "ctc_space"], ["ctc_best"], axis=2),
+        ]
+        graph.node.extend(nodes)
+        del graph.output[:]
+        graph.output.append(
             helper.make_tensor_value_info(
                 "ctc_best",
                 TensorProto.FLOAT,
@@ -491,6 +520,63 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
         log.warning("no compact rec head (%s): using the full output", e)
         return None
     return target, classes
+
+
+def det_logits_model(det_path: Path, cache_dir: Path) -> Path | None:
+    """A copy of the det model without its last Sigmoid: its output is the probability map's
+    logits, and :func:`.det.sigmoid` turns them into probabilities after the run.
+
+    PP-OCR's det ends in a one-channel Sigmoid at the input's full size. OpenVINO's CPU plugin
+    runs it on its 16-channel blocked layout: 17% of v6 tiny's and 13% of v6 small's bf16 det
+    time on a receipt-sized input (one thread, Zen 4), where numpy takes ~1.3 ms for the same
+    1,600 × 736 map; onnxruntime's det was ~10% faster without it too. The probabilities are
+    the same to 2e-7 (docs/benchmarks.md, session 13). The copy lives in ``cache_dir/models``
+    named by the source's hash; None when the model's output is not a Sigmoid's (reached
+    through Identity nodes) or the cache is not writable: the engine then runs the model as
+    it is.
+    """
+    target = Path(cache_dir) / "models" / f"det-{file_digest(det_path)[:16]}-logits.onnx"
+    if target.is_file():
+        return target
+    try:
+        import onnx
+    except ImportError:
+        return None
+    try:
+        model = onnx.load(str(det_path))
+        graph = model.graph
+        if len(graph.output) != 1:
+            return None
+        producers = {out: node for node in graph.node for out in node.output}
+        chain = []  # the Identity nodes between the Sigmoid and the output
+        sigmoid = producers.get(graph.output[0].name)
+        while sigmoid is not None and sigmoid.op_type == "Identity":
+            chain.append(sigmoid)
+            sigmoid = producers.get(sigmoid.input[0])
+        if sigmoid is None or sigmoid.op_type != "Sigmoid":
+            return None
+        chained = {node.output[0] for node in chain}
+        readers = [
+            n for n in graph.node if sigmoid.output[0] in n.input and n.output[0] not in chained
+        ]
+        if readers:
+            return None  # another node reads the probabilities: keep them in the graph
+        logits = sigmoid.input[0]
+        for node in chain:  # they pass the logits on
+            node.input[:] = [logits if name == sigmoid.output[0] else name for name in node.input]
+        kept = [node for node in graph.node if sigmoid.output[0] not in node.output]
+        del graph.node[:]
+        graph.node.extend(kept)
+        if not chain:
+            graph.output[0].name = logits
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
+        onnx.save(model, str(tmp))
+        tmp.replace(target)
+    except (OSError, ValueError) as e:
+        log.warning("no det logits model (%s): using det as it is", e)
+        return None
+    return target
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -128,29 +128,100 @@ def test_batch_tensor_normalises_and_pads_with_zero():
     assert not t[0, :, :, 40:].any()
 
 
-def test_compact_ctc_head_decodes_like_the_full_output(tmp_path):
-    """The derived rec model (best class + probability per step) reads exactly the same."""
+def _cpu_backends() -> list[str]:
+    from ocrstream.processors.ocr.backends.choice import installed
+
+    return sorted(installed())
+
+
+@pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
+def test_compact_ctc_head_decodes_like_the_full_output(tmp_path, backend_name):
+    """The derived rec model (best class + probability per step) reads exactly the same, in
+    both forms: ArgMax (onnxruntime) and the first maximum by equality (OpenVINO)."""
+    from ocrstream.processors.ocr.backends import create_key
     from ocrstream.processors.ocr.backends.base import SessionOptions
-    from ocrstream.processors.ocr.backends.onnxruntime_backend import OnnxRuntimeBackend
     from ocrstream.processors.ocr.models import ctc_best_model, load_model_set
 
+    if backend_name not in _cpu_backends():
+        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
     models = load_model_set("ppocrv6-tiny")
-    made = ctc_best_model(models.rec_path, tmp_path)
+    made = ctc_best_model(models.rec_path, tmp_path, backend_name)
     assert made is not None
     path, classes = made
     assert classes == len(models.charset)
-    assert ctc_best_model(models.rec_path, tmp_path) == made  # cached by the source's hash
-    backend, options = OnnxRuntimeBackend(), SessionOptions(threads=1)
+    assert ctc_best_model(models.rec_path, tmp_path, backend_name) == made  # cached by hash
+    other = "openvino" if backend_name == "onnxruntime" else "onnxruntime"
+    assert ctc_best_model(models.rec_path, tmp_path, other)[0] != path  # type: ignore[index]
+    backend, options = create_key(backend_name), SessionOptions(threads=1)
     full, compact = (
         backend.load(models.rec_path, "rec", options),
         backend.load(path, "rec", options),
     )
     x = np.random.default_rng(0).uniform(-1, 1, (3, 3, 48, 160)).astype(np.float32)
     out, probs = compact.run(x), full.run(x)
-    assert out.shape[2] == 3
+    assert out.shape == (*probs.shape[:2], 3)
+    np.testing.assert_array_equal(out[..., 0], probs.argmax(axis=2))
+    np.testing.assert_allclose(out[..., 1], probs.max(axis=2), rtol=1e-6)
     np.testing.assert_allclose(out[..., 2], probs[..., -1], rtol=1e-5, atol=1e-7)
     assert ctc_greedy(out, models.charset) == ctc_greedy(probs, models.charset)
     assert ctc_greedy(out, models.charset, 0.1) == ctc_greedy(probs, models.charset, 0.1)
+
+
+@pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
+def test_compact_ctc_head_takes_the_first_of_tied_classes(tmp_path, backend_name):
+    """Where two classes tie for the best probability, both forms of the head answer the
+    first, as ArgMax does; the 19,000 classes check that the index is exact past bf16's
+    and float16's integers."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import SessionOptions
+    from ocrstream.processors.ocr.models import ctc_best_model
+
+    if backend_name not in _cpu_backends():
+        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+    classes = 19_000
+    # a stand-in rec model: (N, 3, 48, W) -> logits from a slice of the input -> Softmax
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+            helper.make_node("Slice", ["flat", "starts", "ends", "axes"], ["logits"]),
+            helper.make_node("Softmax", ["logits"], ["probs"], axis=2),
+        ],
+        "tied",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 48, "W"])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", "T", classes])],
+        [
+            helper.make_tensor("shape", TensorProto.INT64, [3], [0, -1, classes]),
+            helper.make_tensor("starts", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("ends", TensorProto.INT64, [1], [2]),
+            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    source = tmp_path / "tied.onnx"
+    onnx.save(model, str(source))
+    made = ctc_best_model(source, tmp_path, backend_name)
+    assert made is not None
+    assert made[1] == classes
+    logits = np.zeros((2, 2, classes), np.float32)
+    logits[0, 0, [7, 18_001]] = 5.0  # a tie: 7 first
+    logits[0, 1, [18_700, 18_999]] = 4.0  # a tie between two large indices
+    logits[1, 0, 18_709] = 3.0  # one best, past every integer bf16 holds (256)
+    logits[1, 1, classes - 1] = 2.0  # the last class (the space)
+    x = np.zeros((2, 3, 48, 2375), np.float32)  # 3 * 48 * 2375 = 18 steps of 19,000 classes
+    x.reshape(2, -1)[:, : 2 * classes] = logits.reshape(2, -1)
+    session = create_key(backend_name).load(
+        made[0], "rec", SessionOptions(threads=1, precision="bf16")
+    )
+    out = session.run(x)
+    assert out[:, :2, 0].tolist() == [[7.0, 18_700.0], [18_709.0, classes - 1.0]]
+    probs = np.exp(logits - logits.max(2, keepdims=True))
+    probs /= probs.sum(2, keepdims=True)
+    np.testing.assert_allclose(out[:, :2, 1], probs.max(2), rtol=1e-4)
+    np.testing.assert_allclose(out[:, :2, 2], probs[..., -1], rtol=1e-4)
 
 
 def test_the_engine_restores_no_space_on_clean_lines_and_keys_the_cache_apart(ocr_engine):

@@ -12,6 +12,7 @@ from ocrstream.processors.ocr.det import (
     det_shape,
     normalise,
     plan_batches,
+    sigmoid,
 )
 
 
@@ -103,3 +104,60 @@ def test_det_input_is_the_page_normalised_by_the_models_mean_and_std(shape: tupl
     assert (got.shape, got.dtype) == ((3, *shape), np.float32)
     assert got.flags.c_contiguous
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_sigmoid_turns_logits_into_the_models_probabilities_in_place():
+    logits = np.array([[-200.0, -20.0, -0.8473, 0.0], [0.8473, 5.0, 20.0, 200.0]], np.float32)
+    want = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    with np.errstate(over="raise"):  # no overflow warning for very negative logits
+        got = sigmoid(logits)
+    assert got is logits
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30)
+    assert got[0, 0] == 0.0
+    assert got[1, 3] == 1.0
+
+
+@pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("model", ["ppocrv6-tiny", "ppocrv6-small"])
+def test_det_without_its_sigmoid_gives_the_same_probabilities(tmp_path, backend_name, model):
+    """The derived det model (models.det_logits_model) and det.sigmoid after it: the map the
+    model as published gives, on a rendered page."""
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import SessionOptions
+    from ocrstream.processors.ocr.backends.choice import installed
+    from ocrstream.processors.ocr.models import det_logits_model, load_model_set
+    from tests.fakes.engines import render_text_page
+
+    if backend_name not in installed():
+        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+    models = load_model_set(model)
+    derived = det_logits_model(models.det_path, tmp_path)
+    assert derived is not None
+    assert derived.parent == tmp_path / "models"
+    assert det_logits_model(models.det_path, tmp_path) == derived  # made once, by hash
+    page = render_text_page(["Total due 1,250.00", "Account 2291"])
+    params = DetParams(mean=models.det_mean, std=models.det_std)
+    x = normalise(page, det_shape(*page.shape[:2], params), params)[None]
+    backend, options = create_key(backend_name), SessionOptions(threads=1)
+    want = backend.load(models.det_path, "det", options).run(x)
+    got = sigmoid(backend.load(derived, "det", options).run(x))
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    assert len(boxes_from_map(got[0, 0], *page.shape[:2], params)) == 2
+
+
+def test_a_det_model_that_ends_in_no_sigmoid_is_left_as_it_is(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from ocrstream.processors.ocr.models import det_logits_model
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "no-sigmoid",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+    )
+    source = tmp_path / "det.onnx"
+    onnx.save(helper.make_model(graph), str(source))
+    assert det_logits_model(source, tmp_path) is None
+    assert not (tmp_path / "models").exists()

@@ -65,7 +65,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.processors.ocr.backends.base import InferSession, ModelKind
-from ocrstream.processors.ocr.models import ModelSet, ctc_best_model, file_digest, package_version
+from ocrstream.processors.ocr.models import (
+    ModelSet,
+    ctc_best_model,
+    det_logits_model,
+    file_digest,
+    package_version,
+)
 from ocrstream.settings import OcrSettings
 
 log = logging.getLogger(__name__)
@@ -76,8 +82,9 @@ STAGES = ("det", "rec")
 OPENVINO_BF16 = "openvino:bf16"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
-# 3 no bf16 rec
-FORMAT = 4
+# 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
+# and det with its Sigmoid (models.det_logits_model)
+FORMAT = 5
 REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
 FOLDER = "auto-backend"
@@ -295,19 +302,19 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
     """Load det and rec as the engine does (same shapes, streams and compact CTC head)."""
     from ocrstream.processors.ocr.backends import create_key, det_options, rec_options
 
-    rec_path = models.rec_path
-    compact = ctc_best_model(models.rec_path, settings.engine_cache_dir)
-    if compact is not None:
-        rec_path = compact[0]
-
     def load(key: str, stage: str) -> InferSession:
         name, precision = backend_of(key)
         backend = create_key(name)
         kind: ModelKind
         if stage == "det":
-            path, kind, options = models.det_path, "det", det_options(settings)
+            logits = det_logits_model(models.det_path, settings.engine_cache_dir)
+            path = logits if logits is not None else models.det_path
+            kind, options = "det", det_options(settings)
         else:
-            path, kind, options = rec_path, "rec", rec_options(settings)
+            # each backend's own compact head (models.ARGMAX_BY_EQUALITY)
+            compact = ctc_best_model(models.rec_path, settings.engine_cache_dir, name)
+            path = compact[0] if compact is not None else models.rec_path
+            kind, options = "rec", rec_options(settings)
         if precision is not None:
             options = dataclasses.replace(options, precision=precision)
         return backend.load(path, kind, options)
