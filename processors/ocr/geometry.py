@@ -21,13 +21,16 @@ VERTICAL_RATIO = 1.5
 
 
 def order_quad(points: npt.NDArray[Any]) -> Quad:
-    """Four points clockwise from top-left: the two leftmost are the left edge (top first)."""
-    pts = np.asarray(points, dtype=np.float32).reshape(4, 2)
-    by_x = pts[np.argsort(pts[:, 0], kind="stable")]
-    left, right = by_x[:2], by_x[2:]
-    tl, bl = left[np.argsort(left[:, 1], kind="stable")]
-    tr, br = right[np.argsort(right[:, 1], kind="stable")]
-    return np.stack([tl, tr, br, bl]).astype(np.float32)
+    """Four points clockwise from top-left: the two leftmost are the left edge (top first).
+
+    Sorted as Python floats (stable, as float32 values compare the same in float64): a page
+    has a hundred or more candidate boxes, and numpy's per-call overhead on four points was
+    most of DB post-processing's time."""
+    pts = np.asarray(points, dtype=np.float32).reshape(4, 2).tolist()
+    by_x = sorted(pts, key=lambda p: p[0])
+    tl, bl = sorted(by_x[:2], key=lambda p: p[1])
+    tr, br = sorted(by_x[2:], key=lambda p: p[1])
+    return np.array([tl, tr, br, bl], dtype=np.float32)
 
 
 def min_box(points: npt.NDArray[Any]) -> tuple[Quad, float]:
@@ -55,10 +58,16 @@ def unclip(quad: Quad, ratio: float) -> npt.NDArray[np.float32] | None:
 
 def quad_size(quad: Quad) -> tuple[float, float]:
     """(width, height) of a quad: the longer of each pair of opposite edges."""
-    tl, tr, br, bl = quad
-    w = max(float(np.linalg.norm(tr - tl)), float(np.linalg.norm(br - bl)))
-    h = max(float(np.linalg.norm(bl - tl)), float(np.linalg.norm(br - tr)))
-    return w, h
+    top, bottom, left, right = _edge_lengths(np.asarray(quad, np.float32)[None])[0].tolist()
+    return max(top, bottom), max(left, right)
+
+
+def _edge_lengths(quads: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """N × 4 lengths of each quad's top, bottom, left and right edges, in float32 (the same
+    values as ``np.linalg.norm`` of each edge, in one pass for all quads)."""
+    q = quads.astype(np.float32, copy=False)
+    edges = q[:, [1, 2, 3, 2]] - q[:, [0, 3, 0, 1]]
+    return np.sqrt((edges * edges).sum(axis=-1))
 
 
 # A crop side is not grown where the nearest line on that side already overlaps the line's box
@@ -91,19 +100,20 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     room_down = np.where(below, y0[None, :], np.inf).min(axis=1) - y1
     up = np.where(room_up > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
     down = np.where(room_down > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
-    out: list[Quad] = []
-    for k, quad in enumerate(q):
-        w, h = quad_size(quad)
-        if h >= VERTICAL_RATIO * w or (up[k] == 0 and down[k] == 0):
-            out.append(quad)
-            continue
-        tl, tr, br, bl = quad
-        unit = (bl - tl) + (br - tr)
-        unit = unit / max(1e-6, float(np.linalg.norm(unit)))
-        lift, drop = unit * float(up[k]) * h, unit * float(down[k]) * h
-        grown = np.stack([tl - lift, tr - lift, br + drop, bl + drop]).astype(np.float32)
-        out.append(clip_quad(grown, width, height))
-    return out
+    # all quads at once, in float32 as a quad at a time would be (numpy's per-call overhead
+    # on four points was most of this function's time)
+    lengths = _edge_lengths(q)
+    w, h = lengths[:, :2].max(axis=1), lengths[:, 2:].max(axis=1)
+    unit = (q[:, 3] - q[:, 0]) + (q[:, 2] - q[:, 1])
+    norm = np.maximum(np.float32(1e-6), np.sqrt((unit * unit).sum(axis=-1)))
+    unit = unit / norm[:, None]
+    lift = unit * up.astype(np.float32)[:, None] * h[:, None]
+    drop = unit * down.astype(np.float32)[:, None] * h[:, None]
+    grown = np.stack([q[:, 0] - lift, q[:, 1] - lift, q[:, 2] + drop, q[:, 3] + drop], axis=1)
+    grown[:, :, 0] = np.clip(grown[:, :, 0], 0, width - 1)
+    grown[:, :, 1] = np.clip(grown[:, :, 1], 0, height - 1)
+    keep = (h >= VERTICAL_RATIO * w) | ((up == 0) & (down == 0))
+    return [q[k] if keep[k] else grown[k] for k in range(len(q))]
 
 
 def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:

@@ -106,6 +106,14 @@ def test_det_input_is_the_page_normalised_by_the_models_mean_and_std(shape: tupl
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_a_grey_page_is_normalised_as_its_grey_in_every_channel():
+    page = np.random.default_rng(4).integers(0, 256, (120, 80), dtype=np.uint8)
+    params = DetParams(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    got = normalise(page, (64, 96), params)
+    colour = normalise(np.repeat(page[:, :, None], 3, axis=2), (64, 96), params)
+    np.testing.assert_array_equal(got, colour)
+
+
 def test_sigmoid_turns_logits_into_the_models_probabilities_in_place():
     logits = np.array([[-200.0, -20.0, -0.8473, 0.0], [0.8473, 5.0, 20.0, 200.0]], np.float32)
     want = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
@@ -161,3 +169,22 @@ def test_a_det_model_that_ends_in_no_sigmoid_is_left_as_it_is(tmp_path):
     onnx.save(helper.make_model(graph), str(source))
     assert det_logits_model(source, tmp_path) is None
     assert not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize(
+    "quad",
+    [
+        [(10, 20), (110, 20), (110, 50), (10, 50)],  # axis-aligned: two points share each x
+        [(12.5, 30), (100, 10), (104.25, 40), (16.75, 60)],  # rotated a little
+    ],
+)
+def test_any_order_of_four_corners_comes_back_clockwise_from_top_left(quad):
+    from itertools import permutations
+
+    from ocrstream.processors.ocr.geometry import order_quad
+
+    want = np.array(quad, np.float32)
+    for perm in permutations(quad):
+        got = order_quad(np.array(perm, np.float32))
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
