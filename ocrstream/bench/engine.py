@@ -29,11 +29,17 @@ span from the barrier to the last child's end.
   one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
   words are grouped into lines by (block, paragraph, line).
 
+An engine may be named with a layout of its own, ``ENGINE@PxT`` (:class:`EngineSpec`):
+``P`` processes of ``T`` threads whatever the run's ``processes`` and ``threads``, and the same
+engine may appear in two layouts (``faster-paddle@1x2,faster-paddle@2x1``), so that each is
+compared in the layout it is fastest in.
+
 CER is computed in the parent from every engine's lines with :mod:`ocrstream.bench.cer`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -56,6 +62,40 @@ from ocrstream.bench.datasets import Sample
 ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "tesseract", "ocrstream-int8")
 # How long ocrstream's first pages wait for a full batch (the pages are read far faster).
 BATCH_WAIT_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """An engine of ``--engines``, optionally in a layout of its own: ``faster-paddle@1x2`` is
+    faster-paddle in 1 process of 2 threads whatever ``--processes`` and ``--threads`` say, so
+    that each engine can run in the layout it is fastest in, side by side in one run."""
+
+    name: str
+    processes: int | None = None
+    threads: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> EngineSpec:
+        name, _, layout = text.strip().partition("@")
+        if name not in ENGINES:
+            raise ValueError(f"unknown engine {name!r}; choose from {list(ENGINES)}")
+        if not layout:
+            return cls(name)
+        procs, _, threads = layout.lower().partition("x")
+        if not (procs.isdigit() and threads.isdigit() and int(procs) > 0 and int(threads) > 0):
+            raise ValueError(f"{text!r}: a layout is PROCESSESxTHREADS, such as {name}@2x1")
+        return cls(name, int(procs), int(threads))
+
+    @property
+    def label(self) -> str:
+        return (
+            self.name if self.processes is None else f"{self.name}@{self.processes}x{self.threads}"
+        )
+
+
+def base_engine(label: str) -> str:
+    """The engine of a run's label (``faster-paddle@1x2`` → ``faster-paddle``)."""
+    return label.partition("@")[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,17 +525,15 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
             f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}"
         )
     for name in ("ocrstream", "ocrstream-int8"):
-        ours = next((r for r in runs if r.engine == name and not r.error), None)
-        for other in runs:
-            if ours is None or other.engine in (name, "ocrstream-int8") or other.error:
-                continue
-            if other.pages_per_s == 0:
-                continue
-            line = f"{name} / {other.engine}: {ours.pages_per_s / other.pages_per_s:.2f}x pages/s"
-            if ours.cer_norm is not None and other.cer_norm is not None:
-                line += f", normalised CER {ours.cer_norm - other.cer_norm:+.4f}"
-            rows.append(line)
+        for ours in [r for r in runs if base_engine(r.engine) == name and not r.error]:
+            for other in runs:
+                if base_engine(other.engine) in (name, "ocrstream-int8") or other.error:
+                    continue
+                if other.pages_per_s == 0:
+                    continue
+                rows.append(_ratio(ours, other))
     rounds = [r for r in runs if len(r.round_wall_s) > 1 and not r.error]
+
     if rounds:
         rows.append(
             f"pages/s: the median of {len(rounds[0].round_wall_s)} rounds, engines alternating; "
@@ -506,6 +544,13 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
         )
     rows.append("stage columns: ms per page (sums of batch shares); CER: raw, nCER: normalised")
     return "\n".join(rows)
+
+
+def _ratio(ours: EngineRun, other: EngineRun) -> str:
+    line = f"{ours.engine} / {other.engine}: {ours.pages_per_s / other.pages_per_s:.2f}x pages/s"
+    if ours.cer_norm is not None and other.cer_norm is not None:
+        line += f", normalised CER {ours.cer_norm - other.cer_norm:+.4f}"
+    return line
 
 
 def bench(
@@ -523,17 +568,21 @@ def bench(
     is then each engine's median round, and the table lists every round. Text, CER, stage
     times and memory are the first round's (the text is the same in every round)."""
     report: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "datasets": {}}
-    present = [e for e in engines if available(e)]
+    specs = [EngineSpec.parse(e) for e in engines]
+    present = [s for s in specs if available(s.name)]
     for name, samples in datasets.items():
         found: dict[str, EngineRun] = {}
         for n in range(max(1, rounds)):
-            for engine in present if n % 2 == 0 else present[::-1]:
-                procs = (
+            for spec in present if n % 2 == 0 else present[::-1]:
+                engine = spec.label
+                procs = spec.processes or (
                     (tesseract_processes or os.cpu_count() or 1)
-                    if engine == "tesseract"
+                    if spec.name == "tesseract"
                     else cfg.processes
                 )
-                run, preds = run_engine(engine, cfg, samples, max(1, procs))
+                own = dataclasses.replace(cfg, threads=spec.threads) if spec.threads else cfg
+                run, preds = run_engine(spec.name, own, samples, max(1, procs))
+                run.engine = engine
                 first = found.get(engine)
                 if first is None:
                     score(run, preds, samples)
@@ -549,7 +598,7 @@ def bench(
                     file=sys.stderr,
                     flush=True,
                 )
-        runs = [found[e] for e in present if e in found]
+        runs = [found[s.label] for s in present if s.label in found]
         for run in runs:
             if run.round_wall_s:
                 run.wall_s = statistics.median(run.round_wall_s)

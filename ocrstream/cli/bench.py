@@ -114,7 +114,8 @@ def bench() -> None:
     "--engines",
     default="ocrstream,rapidocr,faster-paddle,tesseract",
     show_default=True,
-    help="Which engines to run, of those installed.",
+    help="Which engines to run, of those installed; ENGINE@PxT runs one in P processes of T "
+    "threads whatever --processes and --threads say (faster-paddle@1x2,faster-paddle@2x1).",
 )
 @click.option(
     "--tesseract-processes", type=int, default=None, help="Tesseract processes [one per core]."
@@ -196,15 +197,16 @@ def engine(
 ) -> None:
     """Pages/s, ms per stage per page, peak RSS and CER, with RapidOCR and Tesseract alongside."""
     from ocrstream.bench import datasets as ds
-    from ocrstream.bench.engine import ENGINES, BenchConfig, write_json
+    from ocrstream.bench.engine import BenchConfig, EngineSpec, write_json
     from ocrstream.bench.engine import bench as run_bench
 
     if not datasets and synthetic_a4 <= 0 and not devsets:
         raise click.UsageError("give --dataset DIR, --synthetic-a4 N and/or --devset NAME")
     chosen = [e.strip() for e in engines.split(",") if e.strip()]
-    unknown = sorted(set(chosen) - set(ENGINES))
-    if unknown:
-        raise click.UsageError(f"unknown engines {unknown}; choose from {list(ENGINES)}")
+    try:
+        names = list(dict.fromkeys(EngineSpec.parse(e).name for e in chosen))
+    except ValueError as e:
+        raise click.UsageError(str(e)) from e
     cores = os.cpu_count() or 1
     threads = threads or max(1, cores // max(1, processes))
     extra: dict[str, Any] = {}
@@ -243,7 +245,7 @@ def engine(
     try:
         report = run_bench(sets if steady else {}, cfg, chosen, tesseract_processes, rounds)
         if whole_process:
-            report["whole_process"] = _whole(sets, cfg, chosen, whole_pages, repeats)
+            report["whole_process"] = _whole(sets, cfg, names, whole_pages, repeats)
     finally:
         if tmp is not None:
             tmp.cleanup()

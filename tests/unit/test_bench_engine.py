@@ -204,3 +204,46 @@ def test_rounds_alternate_the_engines_and_report_each_ones_median(
     walls["ocrstream"] = [1.0]
     single = be.bench({"set": samples}, BenchConfig(), ["ocrstream"], rounds=1)
     assert "round_pages_per_s" not in single["datasets"]["set"]["runs"][0]
+
+
+def test_an_engine_in_a_layout_of_its_own_runs_in_it_beside_the_same_engine_in_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """faster-paddle@1x2 and @2x1 run side by side; ocrstream keeps the run's layout."""
+    import ocrstream.bench.engine as be
+
+    samples = [Sample(name="p", path=tmp_path / "p.png", gt=(TextLine("Total", SQUARE),))]
+    layouts: list[tuple[str, int, int]] = []
+
+    def fake_run(engine: str, cfg: BenchConfig, s: object, processes: int) -> object:
+        layouts.append((engine, processes, cfg.threads))
+        wall = {("faster-paddle", 1, 2): 4.0, ("faster-paddle", 2, 1): 3.0}.get(
+            (engine, processes, cfg.threads), 2.0
+        )
+        run = EngineRun(engine=engine, setup="x", pages=1, wall_s=wall)
+        return run, {str(samples[0].path): [TextLine("Total", SQUARE)]}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    cfg = BenchConfig(threads=1, processes=2)
+    engines = ["ocrstream", "faster-paddle@1x2", "faster-paddle@2x1"]
+    report = be.bench({"set": samples}, cfg, engines)
+    assert layouts == [("ocrstream", 2, 1), ("faster-paddle", 1, 2), ("faster-paddle", 2, 1)]
+    runs = report["datasets"]["set"]["runs"]
+    assert [r["engine"] for r in runs] == engines
+    table = report["datasets"]["set"]["table"]
+    assert "ocrstream / faster-paddle@1x2: 2.00x pages/s" in table
+    assert "ocrstream / faster-paddle@2x1: 1.50x pages/s" in table
+    assert "faster-paddle@1x2 / " not in table  # peers are not compared with each other
+
+
+@pytest.mark.parametrize(
+    "bad", ["faster-paddle@2", "faster-paddle@0x1", "paddle@1x1", "ocrstream@x"]
+)
+def test_a_malformed_engine_layout_is_refused_with_what_to_write(bad: str) -> None:
+    from ocrstream.bench.engine import EngineSpec
+
+    with pytest.raises(ValueError, match=r"layout|unknown engine"):
+        EngineSpec.parse(bad)
+    assert EngineSpec.parse("faster-paddle@2x1").label == "faster-paddle@2x1"
+    assert EngineSpec.parse("rapidocr") == EngineSpec("rapidocr")
