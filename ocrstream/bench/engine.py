@@ -504,13 +504,13 @@ def machine() -> dict[str, Any]:
 
 def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
     head = (
-        f"{'engine':<14} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
+        f"{'engine':<18} {'setup':<48} {'pages':>5} {'pages/s':>8} {'decode':>7} "
         f"{'det':>7} {'rec':>8} {'RSS MB':>7} {'CER':>7} {'nCER':>7}"
     )
     rows = [f"== {dataset}", head, "-" * len(head)]
     for r in runs:
         if r.error:
-            rows.append(f"{r.engine:<14} {r.setup:<48} error: {r.error}")
+            rows.append(f"{r.engine:<18} {r.setup:<48} error: {r.error}")
             continue
         ms = r.stage_ms
 
@@ -520,7 +520,7 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
         cer = f"{r.cer_raw:.4f}" if r.cer_raw is not None else "-"
         ncer = f"{r.cer_norm:.4f}" if r.cer_norm is not None else "-"
         rows.append(
-            f"{r.engine:<14} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
+            f"{r.engine:<18} {r.setup:<48} {r.pages:>5} {r.pages_per_s:>8.3f} "
             f"{cell('decode'):>7} {cell('det'):>7} {cell('rec'):>8} "
             f"{r.peak_rss_mb:>7.0f} {cer:>7} {ncer:>7}"
         )
