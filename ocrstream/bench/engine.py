@@ -533,7 +533,6 @@ def format_table(dataset: str, runs: Sequence[EngineRun]) -> str:
                     continue
                 rows.append(_ratio(ours, other))
     rounds = [r for r in runs if len(r.round_wall_s) > 1 and not r.error]
-
     if rounds:
         rows.append(
             f"pages/s: the median of {len(rounds[0].round_wall_s)} rounds, engines alternating; "

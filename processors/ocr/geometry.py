@@ -66,8 +66,13 @@ def _edge_lengths(quads: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """N × 4 lengths of each quad's top, bottom, left and right edges, in float32 (the same
     values as ``np.linalg.norm`` of each edge, in one pass for all quads)."""
     q = quads.astype(np.float32, copy=False)
-    edges = q[:, [1, 2, 3, 2]] - q[:, [0, 3, 0, 1]]
-    return np.sqrt((edges * edges).sum(axis=-1))
+    return _lengths(q[:, [1, 2, 3, 2]] - q[:, [0, 3, 0, 1]])
+
+
+def _lengths(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Euclidean lengths over the last axis, in float32 (what ``np.linalg.norm`` gives one
+    2-vector at a time)."""
+    return np.sqrt((vectors * vectors).sum(axis=-1))
 
 
 # A crop side is not grown where the nearest line on that side already overlaps the line's box
@@ -105,13 +110,12 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     lengths = _edge_lengths(q)
     w, h = lengths[:, :2].max(axis=1), lengths[:, 2:].max(axis=1)
     unit = (q[:, 3] - q[:, 0]) + (q[:, 2] - q[:, 1])
-    norm = np.maximum(np.float32(1e-6), np.sqrt((unit * unit).sum(axis=-1)))
+    norm = np.maximum(np.float32(1e-6), _lengths(unit))
     unit = unit / norm[:, None]
     lift = unit * up.astype(np.float32)[:, None] * h[:, None]
     drop = unit * down.astype(np.float32)[:, None] * h[:, None]
     grown = np.stack([q[:, 0] - lift, q[:, 1] - lift, q[:, 2] + drop, q[:, 3] + drop], axis=1)
-    grown[:, :, 0] = np.clip(grown[:, :, 0], 0, width - 1)
-    grown[:, :, 1] = np.clip(grown[:, :, 1], 0, height - 1)
+    grown = clip_quad(grown, width, height)
     keep = (h >= VERTICAL_RATIO * w) | ((up == 0) & (down == 0))
     return [q[k] if keep[k] else grown[k] for k in range(len(q))]
 
@@ -156,7 +160,8 @@ def turn_quad_180(quad: Quad, width: int, height: int) -> Quad:
 
 
 def clip_quad(quad: Quad, width: int, height: int) -> Quad:
+    """A copy inside the page; ``quad`` may also be many quads (N × 4 × 2)."""
     out = quad.copy()
-    out[:, 0] = np.clip(out[:, 0], 0, width - 1)
-    out[:, 1] = np.clip(out[:, 1], 0, height - 1)
+    out[..., 0] = np.clip(out[..., 0], 0, width - 1)
+    out[..., 1] = np.clip(out[..., 1], 0, height - 1)
     return out
