@@ -175,7 +175,9 @@ class OcrEngine:
         det_path = self.models.det_path
         self._det_logits = False
         if self._backend.name in CPU_BACKENDS:
-            logits = det_logits_model(self.models.det_path, settings.engine_cache_dir)
+            logits = det_logits_model(
+                self.models.det_path, settings.engine_cache_dir, self._backend.name
+            )
             if logits is not None:
                 det_path, self._det_logits = logits, True
         paths = {"det": (det_path, det_opts), "rec": (rec_path, rec_opts)}

@@ -125,11 +125,30 @@ def test_sigmoid_turns_logits_into_the_models_probabilities_in_place():
     assert got[1, 3] == 1.0
 
 
+def _logits_of(source, target):
+    """The published det model with its Sigmoid's input as the output: the logits as they were
+    before any folding."""
+    import onnx
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    sigmoid = next(n for n in graph.node if n.op_type == "Sigmoid")
+    kept = [n for n in graph.node if n is not sigmoid and not set(n.input) & set(sigmoid.output)]
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.output[0].name = sigmoid.input[0]
+    onnx.save(model, str(target))
+    return target
+
+
 @pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
 @pytest.mark.parametrize("model", ["ppocrv6-tiny", "ppocrv6-small"])
 def test_det_without_its_sigmoid_gives_the_same_probabilities(tmp_path, backend_name, model):
-    """The derived det model (models.det_logits_model) and det.sigmoid after it: the map the
-    model as published gives, on a rendered page."""
+    """The derived det model (models.det_logits_model: no Sigmoid, DB's upsampling tail folded
+    to a quarter of the size) and det.sigmoid after it: the map the model as published gives,
+    on a rendered page, from the very same logits."""
+    import onnx
+
     from ocrstream.processors.ocr.backends import create_key
     from ocrstream.processors.ocr.backends.base import SessionOptions
     from ocrstream.processors.ocr.backends.choice import installed
@@ -139,18 +158,100 @@ def test_det_without_its_sigmoid_gives_the_same_probabilities(tmp_path, backend_
     if backend_name not in installed():
         pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
     models = load_model_set(model)
-    derived = det_logits_model(models.det_path, tmp_path)
+    derived = det_logits_model(models.det_path, tmp_path, backend_name)
     assert derived is not None
     assert derived.parent == tmp_path / "models"
-    assert det_logits_model(models.det_path, tmp_path) == derived  # made once, by hash
+    assert det_logits_model(models.det_path, tmp_path, backend_name) == derived  # once, by hash
+    ops = [n.op_type for n in onnx.load(str(derived)).graph.node]
+    assert "DepthToSpace" in ops
+    assert "Sigmoid" not in ops
     page = render_text_page(["Total due 1,250.00", "Account 2291"])
     params = DetParams(mean=models.det_mean, std=models.det_std)
     x = normalise(page, det_shape(*page.shape[:2], params), params)[None]
     backend, options = create_key(backend_name), SessionOptions(threads=1)
     want = backend.load(models.det_path, "det", options).run(x)
-    got = sigmoid(backend.load(derived, "det", options).run(x))
+    logits = backend.load(derived, "det", options).run(x)
+    unfolded = backend.load(_logits_of(models.det_path, tmp_path / "unfolded.onnx"), "det", options)
+    np.testing.assert_array_equal(logits, unfolded.run(x))
+    got = sigmoid(logits)
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert len(boxes_from_map(got[0, 0], *page.shape[:2], params)) == 2
+
+
+def _tail_graph(pads=(0, 0, 0, 0)):
+    """A made-up DB tail: 3 -> 4 channels upsampled twice by stride-2 2x2 ConvTranspose, with
+    biases, Relu between, an Identity on the way and a Sigmoid at the end."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(3, 4, 2, 2)).astype(np.float32), "w0"),
+        numpy_helper.from_array(rng.normal(size=(1, 4, 1, 1)).astype(np.float32), "b0"),
+        numpy_helper.from_array(rng.normal(size=(4, 1, 2, 2)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.array([[[[0.25]]]], np.float32), "b2"),
+    ]
+    up = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("ConvTranspose", ["r", "w0"], ["u0"], pads=list(pads), **up),
+        helper.make_node("Add", ["u0", "b0"], ["a0"]),
+        helper.make_node("Relu", ["a0"], ["r0"]),
+        helper.make_node("Identity", ["r0"], ["i0"]),
+        helper.make_node("ConvTranspose", ["i0", "w2"], ["u2"], **up),
+        helper.make_node("Add", ["u2", "b2"], ["logit"]),
+        helper.make_node("Sigmoid", ["logit"], ["prob"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "db-tail",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
+def test_a_folded_db_tail_gives_the_logits_of_the_two_upsamplings(tmp_path, backend_name):
+    """Every output pixel of the folded tail, at every position of its 4x4 block, against the
+    two transposed convolutions it replaces (made-up weights; in f32)."""
+    import onnx
+
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import SessionOptions
+    from ocrstream.processors.ocr.backends.choice import installed
+    from ocrstream.processors.ocr.models import det_logits_model
+
+    if backend_name not in installed():
+        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+    source = tmp_path / "det.onnx"
+    onnx.save(_tail_graph(), str(source))
+    derived = det_logits_model(source, tmp_path, backend_name)
+    assert derived is not None
+    ops = [n.op_type for n in onnx.load(str(derived)).graph.node]
+    assert ops.count("ConvTranspose") == (2 if backend_name == "openvino" else 0)
+    assert ops[-1] == "DepthToSpace"
+    x = np.random.default_rng(3).normal(size=(1, 3, 5, 7)).astype(np.float32)
+    backend, options = create_key(backend_name), SessionOptions(threads=1)
+    got = backend.load(derived, "det", options).run(x)
+    want = backend.load(_logits_of(source, tmp_path / "unfolded.onnx"), "det", options).run(x)
+    assert got.shape == want.shape == (1, 1, 20, 28)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_db_tail_of_another_shape_is_not_folded(tmp_path):
+    """Padding on the first upsampling: not the 2x2 blocks the fold assumes; the Sigmoid still
+    goes, the tail stays."""
+    import onnx
+
+    from ocrstream.processors.ocr.models import det_logits_model
+
+    source = tmp_path / "det.onnx"
+    onnx.save(_tail_graph(pads=(0, 0, 1, 1)), str(source))
+    derived = det_logits_model(source, tmp_path)
+    assert derived is not None
+    ops = [n.op_type for n in onnx.load(str(derived)).graph.node]
+    assert ops == ["Relu", "ConvTranspose", "Add", "Relu", "Identity", "ConvTranspose", "Add"]
 
 
 def test_a_det_model_that_ends_in_no_sigmoid_is_left_as_it_is(tmp_path):
