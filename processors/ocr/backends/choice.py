@@ -83,8 +83,8 @@ OPENVINO_BF16 = "openvino:bf16"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
 # 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
-# and det with its Sigmoid (models.det_logits_model)
-FORMAT = 5
+# and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded
+FORMAT = 6
 REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
 FOLDER = "auto-backend"
@@ -307,7 +307,7 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
         backend = create_key(name)
         kind: ModelKind
         if stage == "det":
-            logits = det_logits_model(models.det_path, settings.engine_cache_dir)
+            logits = det_logits_model(models.det_path, settings.engine_cache_dir, name)
             path = logits if logits is not None else models.det_path
             kind, options = "det", det_options(settings)
         else:
