@@ -162,6 +162,16 @@ def bench() -> None:
     "engine's median (for a machine whose speed drifts, such as a shared VM).",
 )
 @click.option(
+    "--passes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Runs over the same pages in each process. With 2 or more, 'warm' pages/s is the "
+    "last run's: a long-running worker's speed once its runtime has met these pages' and "
+    "lines' shapes (OpenVINO prepares its kernels for each new input shape). pages/s stays "
+    "the first run's.",
+)
+@click.option(
     "--steady/--no-steady",
     default=True,
     show_default=True,
@@ -192,6 +202,7 @@ def engine(
     whole_pages: str,
     repeats: int,
     rounds: int,
+    passes: int,
     steady: bool,
     json_out: Path | None,
 ) -> None:
@@ -222,6 +233,7 @@ def engine(
         batch=batch,
         threads=threads,
         processes=processes,
+        passes=max(1, passes),
         device_pipeline=device_pipeline,
         extra_settings=extra,
     )

@@ -247,3 +247,48 @@ def test_a_malformed_engine_layout_is_refused_with_what_to_write(bad: str) -> No
         EngineSpec.parse(bad)
     assert EngineSpec.parse("faster-paddle@2x1").label == "faster-paddle@2x1"
     assert EngineSpec.parse("rapidocr") == EngineSpec("rapidocr")
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed")
+def test_passes_time_each_run_over_the_same_pages_and_keep_the_first_ones_text(
+    tmp_path: Path,
+) -> None:
+    samples = a4_samples(tmp_path, 2)
+    run, preds = run_engine("tesseract", BenchConfig(warmup=0, passes=3), samples, processes=2)
+    assert run.error is None
+    assert run.pages == 2
+    assert run.wall_s > 0
+    assert run.warm_wall_s > 0
+    assert run.to_dict()["warm_pages_per_s"] == pytest.approx(2 / run.warm_wall_s, abs=1e-3)
+    assert sorted(preds) == sorted(str(s.path) for s in samples)
+    single, _ = run_engine("tesseract", BenchConfig(warmup=0), samples, processes=1)
+    assert single.warm_wall_s == 0.0
+    assert "warm_pages_per_s" not in single.to_dict()
+
+
+def test_warm_pages_per_s_are_reported_beside_the_first_pass_and_in_the_ratios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--passes: the table gains a warm column and each ratio its warm figure, medians over
+    rounds like the first pass's."""
+    import ocrstream.bench.engine as be
+
+    samples = [Sample(name="p", path=tmp_path / "p.png", gt=(TextLine("Total", SQUARE),))]
+    walls = {"ocrstream": [(2.0, 1.0), (4.0, 2.0), (3.0, 1.5)], "rapidocr": [(3.0, 3.0)] * 3}
+
+    def fake_run(engine: str, cfg: BenchConfig, s: object, processes: int) -> object:
+        first, last = walls[engine].pop(0)
+        run = EngineRun(engine=engine, setup="x", pages=1, wall_s=first, warm_wall_s=last)
+        return run, {str(samples[0].path): [TextLine("Total", SQUARE)]}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    report = be.bench({"set": samples}, BenchConfig(passes=2), ["ocrstream", "rapidocr"], rounds=3)
+    ours = report["datasets"]["set"]["runs"][0]
+    assert ours["pages_per_s"] == pytest.approx(1 / 3, abs=1e-4)  # median first pass 3.0 s
+    assert ours["warm_pages_per_s"] == pytest.approx(1 / 1.5, abs=1e-4)  # median last 1.5 s
+    table = report["datasets"]["set"]["table"]
+    assert "ocrstream / rapidocr: 1.00x pages/s (2.00x warm)" in table
+    assert "warm: its last pass over the same pages" in table
+    header = table.splitlines()[1]
+    assert header.split()[3:5] == ["pages/s", "warm"]
