@@ -705,7 +705,7 @@ def _fold_db_tail(graph: Any, output: str, *, transpose: bool) -> bool:
             helper.make_node("Relu", ["db_tail_a"], ["db_tail_a_relu"]),
             helper.make_node(
                 op, ["db_tail_a_relu", names[2], names[3]], ["db_tail_b"], kernel_shape=[1, 1]
-            ),  # fmt: skip
+            ),
             helper.make_node("DepthToSpace", ["db_tail_b"], [output], blocksize=4, mode="DCR"),
         ]
     )
