@@ -4,7 +4,10 @@ Every engine runs in fresh child processes (``spawn``) so each one's peak RSS an
 its own: ``processes`` children, each with ``threads`` threads, each given every
 ``processes``-th page. A child loads its engine, warms up on its first pages (not timed),
 waits at a barrier for its siblings, then runs its pages; throughput is all pages over the
-span from the barrier to the last child's end.
+span from the barrier to the last child's end. With ``passes`` > 1 the children run their
+pages that many times, meeting at the barrier before each pass: pages/s is the first pass's
+(what a fresh process gets), "warm" the last pass's (every input shape met before, as in a
+long-running worker); text, CER and stage times are the first pass's.
 
 - **ocrstream**: ``OcrEngine.recognize`` on ``batch`` encoded pages per call (decoding is a
   timed stage of the engine), through the worker's micro-batcher
