@@ -217,13 +217,13 @@ def test_the_engine_measures_on_first_use_and_the_next_process_reuses_it(tmp_pat
 
 @needs_both
 def test_an_engine_with_det_and_rec_on_different_backends_reads_a_page(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, both_installed: None
 ):
     from ocrstream.processors.ocr.engine import OcrEngine
 
-    # A CPU without bf16: on one with it, openvino:bf16 would be a third candidate that the
-    # made-up timings leave as fast as onnxruntime for rec, and either could win.
-    _flags(monkeypatch, "avx2 fma sse4_2")
+    # both_installed's CPU has no bf16: on one with it, openvino:bf16 would be a third
+    # candidate that the made-up timings leave as fast as onnxruntime for rec, and either
+    # could win.
     settings = _settings(tmp_path)
     models = load_model_set("ppocrv6-tiny")
     choice.choose(settings, models, loader=_loader(SLOW, []))  # det openvino, rec onnxruntime
