@@ -38,13 +38,23 @@ def calibrate(model: str | None, threads: int | None) -> None:
     m = found.machine
     versions = ", ".join(f"{k} {v}" for k, v in m["backends"].items())
     click.echo(f"CPU {m['cpu']} ({m['arch']}), {m['threads']} threads; {versions}")
-    click.echo(f"model {settings.model}, generated input; best of the timed runs, ms")
+    click.echo(
+        f"model {settings.model}, generated input; ms: the best warm run plus the mean run of "
+        "shapes met for the first time (in brackets)"
+    )
     columns = list(dict.fromkeys(k for times in found.seconds.values() for k in times))
     click.echo("stage  " + "".join(f"{k:>15}" for k in columns) + "  auto")
     for stage, chosen in found.stages.items():
-        row = found.seconds[stage]
-        times = "".join(f"{row[k] * 1000:>15.0f}" if k in row else f"{'-':>15}" for k in columns)
+        row, fresh = found.seconds[stage], found.new_shape_seconds.get(stage, {})
+        times = "".join(
+            f"{_cell(row[k], fresh.get(k)):>15}" if k in row else f"{'-':>15}" for k in columns
+        )
         click.echo(f"{stage:<7}{times}  {chosen}")
     click.echo(f"measured in {found.took_s:.1f} s; kept in {found.path}")
     if OcrBackend(settings.backend) is not OcrBackend.AUTO:
         click.echo(f"note: OCRSTREAM_OCR_BACKEND={settings.backend.value} overrides this choice")
+
+
+def _cell(seconds: float, new: float | None) -> str:
+    """``total (new)`` in ms, or the total alone when the part is not known."""
+    return f"{seconds * 1000:.0f}" + (f" ({new * 1000:.0f})" if new is not None else "")

@@ -11,8 +11,16 @@ page of a scanner's resolution gets), rec two batches as the engine plans them, 
 (:data:`REC_WIDTHS` 320 px: receipt fields, table cells) and long ones (1,600 px: a line
 across an A4 page), each as wide as ``rec_batch_pixels`` allows and split over the rec
 streams. Each is warmed up once, then :data:`ROUNDS` rounds run with the backends' order
-alternating, best time kept. Each stage takes the faster backend; the engine loads det (and
-cls, orientation, layout) on det's and rec on rec's.
+alternating, best time kept. Each round also runs, once each, inputs of shapes no session
+has met (:func:`new_shapes`: in round r the page 32·r px shorter, the lines 32·r px wider),
+and a stage's time is the best warm time plus the mean time of those new shapes. A process
+meets new shapes in most of its first batches (55-62% of rec batches on 50 receipts, 75% on
+4 A4 pages), and OpenVINO prepares each new shape before running it (7-20 ms a rec batch,
+35-80 ms a det page on a Zen 4), where onnxruntime pays next to nothing. Warm alone, the two
+backends' rec tied on a Zen 3 (122.1 against 121.6 ms), so either could be kept, though on the
+engine's own batches of 4 A4 pages OpenVINO took 1.10x onnxruntime's time warm and 1.37x in a
+new process (docs/benchmarks.md, session 16). Each stage takes the faster backend; the engine
+loads det (and cls, orientation, layout) on det's and rec on rec's.
 
 The input's size decides the answer, so it must be the engine's: on a 2-vCPU AMD EPYC
 (Zen 3) onnxruntime ran a 512×384 det input in 37 ms against OpenVINO's 55, while on the
@@ -83,8 +91,9 @@ OPENVINO_BF16 = "openvino:bf16"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
 # 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
-# and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded
-FORMAT = 6
+# and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded; 6 no
+# new shapes (warm times alone)
+FORMAT = 7
 REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
 ROUNDS = 2
 FOLDER = "auto-backend"
@@ -102,6 +111,8 @@ class Choice:
     measured: bool  # True: measured by this process; False: read from the cache
     took_s: float  # how long the measurement took (0 when read from the cache)
     path: Path
+    # stage -> backend key -> the part of ``seconds`` spent on shapes met for the first time
+    new_shape_seconds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def installed() -> tuple[str, ...]:
@@ -217,10 +228,15 @@ def read_cached(path: Path, key: str, candidates: tuple[str, ...]) -> Choice | N
             stage: {str(k): float(v) for k, v in data["seconds"][stage].items()} for stage in STAGES
         }
         fields = dict(data["machine"])
+        new = {
+            stage: {str(k): float(v) for k, v in data["new_shape_seconds"][stage].items()}
+            for stage in STAGES
+        }
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         log.warning("auto backend: ignoring %s (%s); measuring again", path, e)
         return None
-    return Choice(stages, seconds, fields, measured=False, took_s=0.0, path=path)
+    return Choice(stages, seconds, fields, measured=False, took_s=0.0, path=path,
+                  new_shape_seconds=new)  # fmt: skip
 
 
 def _write(choice: Choice, key: str) -> None:
@@ -229,6 +245,7 @@ def _write(choice: Choice, key: str) -> None:
         "key": key,
         "stages": choice.stages,
         "seconds": choice.seconds,
+        "new_shape_seconds": choice.new_shape_seconds,
         "machine": choice.machine,
         "took_s": round(choice.took_s, 3),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -277,10 +294,14 @@ def choose(
                 return cached
         start = time.perf_counter()
         load = loader or default_loader(settings, models)
-        seconds = measure(stage_candidates(settings, candidates), load, input_shapes(settings))
+        new: dict[str, dict[str, float]] = {}
+        seconds = measure(
+            stage_candidates(settings, candidates), load, input_shapes(settings), new_parts=new
+        )
         took = time.perf_counter() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
-        choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path)
+        choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path,
+                        new_shape_seconds=new)  # fmt: skip
         if writable:
             try:
                 _write(choice, key)
@@ -322,14 +343,38 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
     return load
 
 
+def new_shapes(
+    shapes: dict[str, list[tuple[int, ...]]], n: int
+) -> dict[str, list[tuple[int, ...]]]:
+    """Round ``n``'s (from 1) inputs of shapes the measured ones never have: det the page
+    32·n px shorter (pages after the first, smaller than the warm-up's largest), rec each
+    batch's lines 32·n px wider (the next width buckets), as many lines as the same summed
+    width holds."""
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for stage, items in shapes.items():
+        fresh: list[tuple[int, ...]] = []
+        for lines, channels, height, width in items:
+            if stage == "det":
+                fresh.append((lines, channels, max(32, height - 32 * n), width))
+            else:
+                wider = width + 32 * n
+                fresh.append((max(1, lines * width // wider), channels, height, wider))
+        out[stage] = fresh
+    return out
+
+
 def measure(
     candidates: tuple[str, ...] | dict[str, tuple[str, ...]],
     load: Loader,
     shapes: dict[str, list[tuple[int, ...]]],
+    *,
+    new_parts: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """Per stage and candidate (the same for every stage, or per stage), the best over
-    :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` (random values: the
-    time of these networks does not depend on them)."""
+    """Per stage and candidate (the same for every stage, or per stage): the best over
+    :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` once warm, plus the
+    mean over the rounds of the time to run once each the inputs of :func:`new_shapes`, which
+    no session has met before (random values: the time of these networks does not depend on
+    them). ``new_parts`` (when given) receives that second part alone."""
     per_stage = candidates if isinstance(candidates, dict) else dict.fromkeys(STAGES, candidates)
     rng = np.random.default_rng(0)
     sessions = {(k, stage): load(k, stage) for stage in STAGES for k in per_stage[stage]}
@@ -337,13 +382,16 @@ def measure(
         stage: [rng.uniform(-1, 1, shape).astype(np.float32) for shape in shapes[stage]]
         for stage in STAGES
     }
+    fresh = [new_shapes(shapes, n + 1) for n in range(ROUNDS)]
     best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
+    new: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     for stage in STAGES:
         keys = per_stage[stage]
         for k in keys:
             for x in inputs[stage]:
                 _run(sessions[(k, stage)], x)  # warm-up: first-shape compilation
         for n in range(ROUNDS):
+            new_inputs = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in fresh[n][stage]]
             order = keys if n % 2 == 0 else keys[::-1]
             for k in order:
                 start = time.perf_counter()
@@ -351,7 +399,18 @@ def measure(
                     _run(sessions[(k, stage)], x)
                 took = time.perf_counter() - start
                 best[stage][k] = min(best[stage].get(k, took), took)
-    return {stage: {k: round(best[stage][k], 4) for k in per_stage[stage]} for stage in STAGES}
+                start = time.perf_counter()
+                for x in new_inputs:
+                    _run(sessions[(k, stage)], x)
+                new[stage][k] = new[stage].get(k, 0.0) + (time.perf_counter() - start) / ROUNDS
+    if new_parts is not None:
+        new_parts.update(
+            {stage: {k: round(new[stage][k], 4) for k in per_stage[stage]} for stage in STAGES}
+        )
+    return {
+        stage: {k: round(best[stage][k] + new[stage][k], 4) for k in per_stage[stage]}
+        for stage in STAGES
+    }
 
 
 def _run(session: InferSession, x: npt.NDArray[np.float32]) -> None:
