@@ -16,7 +16,8 @@ has met (:func:`new_shapes`: in round r the page 32Â·r px shorter, the lines 32Â
 and a stage's time is the best warm time plus the mean time of those new shapes. A process
 meets new shapes in most of its first batches (55-62% of rec batches on 50 receipts, 75% on
 4 A4 pages), and OpenVINO prepares each new shape before running it (7-20 ms a rec batch,
-35-80 ms a det page on a Zen 4), where onnxruntime pays next to nothing. Warm alone, the two
+35-80 ms a det page on a Zen 4); onnxruntime paid little for new rec shapes at one thread but
+~300 ms for a new det page at two (Zen 3), so both are measured, not assumed. Warm alone, the two
 backends' rec tied on a Zen 3 (122.1 against 121.6 ms), so either could be kept, though on the
 engine's own batches of 4 A4 pages OpenVINO took 1.10x onnxruntime's time warm and 1.37x in a
 new process (docs/benchmarks.md, session 16). Each stage takes the faster backend; the engine
@@ -106,7 +107,8 @@ class Choice:
     """The backend for each stage, the times it was chosen by and where it is kept."""
 
     stages: dict[str, str]  # stage -> backend key
-    seconds: dict[str, dict[str, float]]  # stage -> backend key -> best time of the input
+    # stage -> backend key -> the best warm time of the inputs plus the mean of new shapes'
+    seconds: dict[str, dict[str, float]]
     machine: dict[str, Any]
     measured: bool  # True: measured by this process; False: read from the cache
     took_s: float  # how long the measurement took (0 when read from the cache)
