@@ -30,19 +30,22 @@ class _Timed:
     device = "cpu"
     concurrency = 1
 
-    def __init__(self, delay_s: float, stage: str = "", key: str = "", new_shape_s: float = 0.0):
+    def __init__(self, delay_s: float, stage: str = "", new_shape_s: float = 0.0) -> None:
         self.delay_s = delay_s
         self.new_shape_s = new_shape_s  # what preparing a shape met for the first time costs
         self.stage = stage
-        self.key = key
-        self.runs = 0
-        self.shapes: set[tuple[int, ...]] = set()
-        self.order: list[tuple[int, ...]] = []
+        self.order: list[tuple[int, ...]] = []  # the shape of each run, in order
+
+    @property
+    def runs(self) -> int:
+        return len(self.order)
+
+    @property
+    def shapes(self) -> set[tuple[int, ...]]:
+        return set(self.order)
 
     def run(self, batch: np.ndarray) -> np.ndarray:
-        self.runs += 1
-        first = batch.shape not in self.shapes
-        self.shapes.add(batch.shape)
+        first = batch.shape not in self.order
         self.order.append(batch.shape)
         time.sleep(self.delay_s + (self.new_shape_s if first else 0.0))
         return batch
@@ -55,7 +58,7 @@ def _loader(  # type: ignore[no-untyped-def]
 ):
     def load(key: str, stage: str) -> _Timed:
         prepare = (new_shape or {}).get((key, stage), 0.0)
-        session = _Timed(slow.get((key, stage), 0.0), stage, key, prepare)
+        session = _Timed(slow.get((key, stage), 0.0), stage, prepare)
         made.append(session)
         return session
 

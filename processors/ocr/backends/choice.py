@@ -296,10 +296,7 @@ def choose(
                 return cached
         start = time.perf_counter()
         load = loader or default_loader(settings, models)
-        new: dict[str, dict[str, float]] = {}
-        seconds = measure(
-            stage_candidates(settings, candidates), load, input_shapes(settings), new_parts=new
-        )
+        seconds, new = measure(stage_candidates(settings, candidates), load, input_shapes(settings))
         took = time.perf_counter() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path,
@@ -369,14 +366,12 @@ def measure(
     candidates: tuple[str, ...] | dict[str, tuple[str, ...]],
     load: Loader,
     shapes: dict[str, list[tuple[int, ...]]],
-    *,
-    new_parts: dict[str, dict[str, float]] | None = None,
-) -> dict[str, dict[str, float]]:
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Per stage and candidate (the same for every stage, or per stage): the best over
     :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` once warm, plus the
     mean over the rounds of the time to run once each the inputs of :func:`new_shapes`, which
     no session has met before (random values: the time of these networks does not depend on
-    them). ``new_parts`` (when given) receives that second part alone."""
+    them); and that second part alone."""
     per_stage = candidates if isinstance(candidates, dict) else dict.fromkeys(STAGES, candidates)
     rng = np.random.default_rng(0)
     sessions = {(k, stage): load(k, stage) for stage in STAGES for k in per_stage[stage]}
@@ -405,13 +400,12 @@ def measure(
                 for x in new_inputs:
                     _run(sessions[(k, stage)], x)
                 new[stage][k] = new[stage].get(k, 0.0) + (time.perf_counter() - start) / ROUNDS
-    if new_parts is not None:
-        new_parts.update(
-            {stage: {k: round(new[stage][k], 4) for k in per_stage[stage]} for stage in STAGES}
-        )
-    return {
+    total = {
         stage: {k: round(best[stage][k] + new[stage][k], 4) for k in per_stage[stage]}
         for stage in STAGES
+    }
+    return total, {
+        stage: {k: round(new[stage][k], 4) for k in per_stage[stage]} for stage in STAGES
     }
 
 
