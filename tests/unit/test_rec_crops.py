@@ -70,10 +70,28 @@ def test_the_margin_changes_the_crops_not_the_reported_boxes(ocr_engine: OcrEngi
     lines = ["Quarterly statement, account 4471-2290", "Balance due: 12,900.15 on 2024-03-31"]
     page_bytes = scan_noise(render_text_page(lines), angle=0.0, sigma=4.0, quality=85)
     settings = ocr_engine.settings
-    assert settings.rec_crop_margin > 0
+    assert ocr_engine.rec_params.crop_margin > 0
     plain = OcrEngine(settings.model_copy(update={"rec_crop_margin": 0.0}))
     (a,) = ocr_engine.recognize([page_bytes])
     (b,) = plain.recognize([page_bytes])
     assert [line.polygon for line in a.lines] == [line.polygon for line in b.lines]
     assert [line.text for line in a.lines] == lines
     assert ocr_engine.fingerprint("text") != plain.fingerprint("text")
+
+
+def test_the_margin_is_the_models_own_unless_the_settings_name_one(ocr_engine: OcrEngine):
+    """Each model set carries the margin chosen for it; OCRSTREAM_OCR_REC_CROP_MARGIN wins."""
+    from ocrstream.processors.ocr.models import load_model_set
+    from ocrstream.processors.ocr.rec import RecParams
+
+    settings = ocr_engine.settings
+    assert settings.rec_crop_margin is None
+    assert ocr_engine.rec_params.crop_margin == ocr_engine.models.rec_crop_margin
+    tiny = load_model_set("ppocrv6-tiny")
+    assert tiny.rec_crop_margin != ocr_engine.models.rec_crop_margin  # the sets differ
+    assert RecParams.from_settings(settings, tiny.rec_crop_margin).crop_margin == (
+        tiny.rec_crop_margin
+    )
+    chosen = settings.model_copy(update={"rec_crop_margin": 0.05})
+    assert RecParams.from_settings(chosen, tiny.rec_crop_margin).crop_margin == 0.05
+    assert RecParams.from_settings(chosen, 0.0).crop_margin == 0.05
