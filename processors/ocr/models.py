@@ -76,7 +76,8 @@ class ModelSetSpec:
     # Line crops for rec this share of the det box's height taller above and below
     # (geometry.grow_for_rec), unless OCRSTREAM_OCR_REC_CROP_MARGIN says otherwise. A taller
     # crop comes out narrower at rec's 48 px height, so rec reads fewer columns: chosen per
-    # model on the dev sets, as much as it takes without more errors (docs/benchmarks.md).
+    # model on the dev sets, as tall as they allowed with errors still under RapidOCR's with
+    # the same models (docs/benchmarks.md, session 17).
     rec_crop_margin: float = 0.04
 
 
