@@ -219,7 +219,7 @@ class OcrSettings(BaseSettings):
     rec_height: int = 48
     # Line crops for rec: this share of the det box's height taller above and below, unless
     # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is;
-    # None: the model set's own (0.12 for v6 small, 0.08 for v6 tiny, 0.04 for the others).
+    # None: the model set's own (processors/ocr/models.py, ModelSetSpec.rec_crop_margin).
     rec_crop_margin: float | None = Field(default=None, ge=0.0, le=0.5)
     # A space the greedy CTC path lost is read back where the space class's probability
     # reached this on the blank steps between two characters (rec.ctc_greedy); 0: off.

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.errors import FatalError
+from ocrstream.processors.ocr.models import REC_CROP_MARGIN
 
 if TYPE_CHECKING:
     from ocrstream.settings import OcrSettings
@@ -42,7 +43,7 @@ class RecParams:
     # Line crops are this share of their det box's height taller above and below
     # (geometry.grow_for_rec); 0: the det box as it is. The engine takes its model set's
     # (models.ModelSetSpec.rec_crop_margin) unless the settings name one.
-    crop_margin: float = 0.04
+    crop_margin: float = REC_CROP_MARGIN
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
     space_min: float = 0.1
