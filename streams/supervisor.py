@@ -29,32 +29,51 @@ STABLE_AFTER_S = 60.0
 _PR_SET_PDEATHSIG = 1
 
 
-def _terminate_with_parent() -> Callable[[], None] | None:
+def terminate_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that has the child sent SIGTERM when this process dies (Linux): a
     supervisor or autoscaler that is killed (SIGKILL, an OOM kill; librdkafka can abort a process
     on a broker restart) leaves no agents behind, still in their consumer groups, for its
     restarted successor to double. None where prctl is unavailable. Linux ties the signal to the
     thread that started the child: start children from a thread that outlives them."""
+    prctl = _prctl()  # resolved here, not after fork
+    if prctl is None:
+        return None
+    parent = os.getpid()
+    return lambda: _tie(prctl, parent)
+
+
+def terminate_with(parent: int) -> bool:
+    """Called in a child (a ``multiprocessing`` one, say): have Linux send it SIGTERM when
+    ``parent``, the process that started it, dies, so that killing a run's parent does not
+    leave its children running (and competing for the CPU with whatever runs next). False
+    where prctl is unavailable."""
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    _tie(prctl, parent)
+    return True
+
+
+def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not after fork
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    return prctl
 
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os.kill(os.getpid(), signal.SIGTERM)
 
-    return preexec
+def _tie(prctl: Callable[..., int], parent: int) -> None:
+    prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def start_tied(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start a child that is sent SIGTERM (and so drains and commits) when this process dies."""
     return subprocess.Popen(argv, env=dict(env) if env else None,
-                            preexec_fn=_terminate_with_parent())  # fmt: skip
+                            preexec_fn=terminate_with_parent())  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -154,7 +173,7 @@ class Supervisor:
         child.proc = subprocess.Popen(
             ocrstream_command(child.spec.args), env=env, stdout=self.stdout,
             stderr=subprocess.STDOUT if self.stdout is not None else None,
-            preexec_fn=_terminate_with_parent(),
+            preexec_fn=terminate_with_parent(),
         )  # fmt: skip
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.spec.name, child.proc.pid)

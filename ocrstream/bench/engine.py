@@ -61,6 +61,7 @@ from typing import Any
 
 from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
+from ocrstream.streams.supervisor import terminate_with
 
 ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "tesseract", "ocrstream-int8")
 # How long ocrstream's first pages wait for a full batch (the pages are read far faster).
@@ -336,8 +337,15 @@ _RUNNERS = {
 
 
 def _child(
-    engine: str, cfg: BenchConfig, paths: list[str], warm: list[str], barrier: Any, queue: Any
+    engine: str,
+    cfg: BenchConfig,
+    paths: list[str],
+    warm: list[str],
+    barrier: Any,
+    queue: Any,
+    parent: int,
 ) -> None:
+    terminate_with(parent)  # a killed bench leaves no child running into the next one
     try:
         run, batch = _RUNNERS[engine](cfg)
         if warm:
@@ -394,7 +402,7 @@ def run_engine(
     shards = [[str(s.path) for s in samples[i::processes]] for i in range(processes)]
     warm = [str(s.path) for s in samples[: cfg.warmup * max(1, cfg.batch)]] if cfg.warmup else []
     children = [
-        ctx.Process(target=_child, args=(engine, cfg, shard, warm, barrier, queue))
+        ctx.Process(target=_child, args=(engine, cfg, shard, warm, barrier, queue, os.getpid()))
         for shard in shards
     ]
     for child in children:

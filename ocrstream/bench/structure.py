@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import multiprocessing as mp
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from typing import Any
 from ocrstream.bench.engine import _collect, _peak_rss_kb, machine
 from ocrstream.bench.structmetrics import PageParse, Scores
 from ocrstream.bench.structset import StructPage
+from ocrstream.streams.supervisor import terminate_with
 
 MODES = ("ocrstream-text", "ocrstream-layout", "ocrstream-pdf", "rapidai", "pymupdf4llm")
 INPUTS = {"ocrstream-pdf": "pdf", "pymupdf4llm": "pdf"}  # the others read the scan
@@ -269,7 +271,8 @@ def _setup(mode: str, cfg: StructConfig) -> str:
     return v("pymupdf4llm")
 
 
-def _child(mode: str, cfg: StructConfig, pages: list[StructPage], queue: Any) -> None:
+def _child(mode: str, cfg: StructConfig, pages: list[StructPage], queue: Any, parent: int) -> None:
+    terminate_with(parent)  # a killed bench leaves no child running into the next one
     try:
         run = _runner(mode, cfg)
         for page in pages[: cfg.warmup]:
@@ -288,7 +291,7 @@ def run_mode(mode: str, cfg: StructConfig, pages: Sequence[StructPage]) -> ModeR
     result = ModeRun(mode=mode, setup=_setup(mode, cfg))
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    child = ctx.Process(target=_child, args=(mode, cfg, list(pages), queue))
+    child = ctx.Process(target=_child, args=(mode, cfg, list(pages), queue, os.getpid()))
     child.start()
     (report,) = _collect([child], queue)
     child.join()

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrstream.bench.engine import FASTER_PADDLE_SIZES, BenchConfig, available
+from ocrstream.streams.supervisor import terminate_with_parent
 
 _RAPIDOCR_SCRIPT = """
 import sys
@@ -147,7 +148,8 @@ def _shown(cmd: list[str]) -> str:
 
 def _time(cmd: list[str], timeout_s: float) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+    proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False,
+                          preexec_fn=terminate_with_parent())  # fmt: skip
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.decode(errors="replace")[-600:])
@@ -201,6 +203,7 @@ def worker_first_result(page: Path, cfg: BenchConfig, repeats: int = 3) -> dict[
             text=True,
             check=False,
             timeout=600,
+            preexec_fn=terminate_with_parent(),
         )
         if proc.returncode != 0:
             return {"error": proc.stderr[-600:]}

@@ -292,3 +292,64 @@ def test_warm_pages_per_s_are_reported_beside_the_first_pass_and_in_the_ratios(
     assert "warm: its last pass over the same pages" in table
     header = table.splitlines()[1]
     assert header.split()[3:5] == ["pages/s", "warm"]
+
+
+_KILLED_BENCH = """
+import sys
+from pathlib import Path
+from ocrstream.bench.datasets import Sample
+from ocrstream.bench.engine import BenchConfig, run_engine
+page = Path(sys.argv[1])
+run_engine("ocrstream", BenchConfig(threads=1, warmup=0, passes=100000), [Sample("p", page)], 2)
+"""
+
+
+def _children(parent: int) -> list[int]:
+    """The pids whose parent is ``parent`` and that run multiprocessing's spawn main (the
+    bench's engine children; not its resource tracker)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == parent and fields[0] != "Z" and b"spawn_main" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_killed_bench_leaves_no_engine_child_running(tmp_path: Path) -> None:
+    """Killing ``ocrstream bench engine`` (Ctrl-C twice, SIGKILL, a timeout) must not leave its
+    engine children reading pages: they would compete for the CPU with the next bench."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.polling import wait_until
+
+    (sample,) = a4_samples(tmp_path, 1)
+    parent = subprocess.Popen([sys.executable, "-c", _KILLED_BENCH, str(sample.path)])
+    try:
+        wait_until(lambda: len(_children(parent.pid)) == 2, 60, "the two engine children")
+        children = _children(parent.pid)
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+
+    def gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() and
+                       (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")
+                       for pid in children)  # fmt: skip
+
+    try:
+        wait_until(gone, 30, "the engine children to exit with the killed bench")
+    finally:  # a failing run must not leave them reading pages into the next tests
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
