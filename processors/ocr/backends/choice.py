@@ -3,25 +3,27 @@
 Which CPU backend is faster depends on the CPU, the thread count, the runtimes' versions and
 the model, and not the same way for det and rec (on a 2-vCPU Xeon OpenVINO's det was ~3x
 onnxruntime's at any thread count while its rec on one thread was 2-3x slower). So ``auto``
-follows a measurement, never a fixed rule: the first time an engine starts on a machine,
-each installed CPU backend (OpenVINO, onnxruntime) loads det and rec with the options the
-engine uses and runs generated input of the shapes the engine gives them (:func:`inputs`):
-det one page at the engine's pixel budget (an A4 page at ``det_limit_side``, the shape every
-page of a scanner's resolution gets), rec two batches as the engine plans them, short lines
-(:data:`REC_WIDTHS` 320 px: receipt fields, table cells) and long ones (1,600 px: a line
-across an A4 page), each as wide as ``rec_batch_pixels`` allows and split over the rec
-streams. Each is warmed up once, then :data:`ROUNDS` rounds run with the backends' order
-alternating, best time kept. Each round also runs, once each, inputs of shapes no session
-has met (:func:`new_shapes`: in round r the page 32·r px shorter, the lines 32·r px wider),
-and a stage's time is the best warm time plus the mean time of those new shapes. A process
-meets new shapes in most of its first batches (55-62% of rec batches on 50 receipts, 75% on
-4 A4 pages), and OpenVINO prepares each new shape before running it (7-20 ms a rec batch,
-35-80 ms a det page on a Zen 4); onnxruntime paid little for new rec shapes at one thread but
-~300 ms for a new det page at two (Zen 3), so both are measured, not assumed. Warm alone, the two
-backends' rec tied on a Zen 3 (122.1 against 121.6 ms), so either could be kept, though on the
-engine's own batches of 4 A4 pages OpenVINO took 1.10x onnxruntime's time warm and 1.37x in a
-new process (docs/benchmarks.md, session 16). Each stage takes the faster backend; the engine
-loads det (and cls, orientation, layout) on det's and rec on rec's.
+follows a measurement, never a fixed rule: the first time an engine starts on a machine, each
+installed CPU backend (OpenVINO, onnxruntime) loads det and rec with the options the engine
+uses and runs generated input of the shapes the engine gives them (:func:`inputs`): det one
+page at the engine's pixel budget (an A4 page at ``det_limit_side``, the shape every page of a
+scanner's resolution gets), rec the batches the engine plans for one page of lines
+(:data:`REC_PAGE_LINES`: a receipt's short fields and an A4 page's long lines, width-bucketed
+and batched by ``rec.plan_batches`` as the engine does), run as the engine runs them (side by
+side on the rec streams). Each is warmed up once, then :data:`ROUNDS` rounds run with the
+backends' order alternating, best time kept. Each round also runs, once each, inputs of shapes
+no session has met (:func:`new_shapes`: in round r the page 32·r px shorter, the lines 32·r px
+wider), and a stage's time is the best warm time plus the mean time of those new shapes. A
+process meets new shapes in most of its first batches (55-62% of rec batches on 50 receipts,
+75% on 4 A4 pages), and OpenVINO prepares each new shape before running it (7-20 ms a rec
+batch, 35-80 ms a det page on a Zen 4); onnxruntime paid little for new rec shapes at one
+thread but ~300 ms for a new det page at two (Zen 3), so both are measured, not assumed.
+Until format 8, rec was measured on two large batches (12 lines of 320 px, 2 of 1,600), each
+split over the streams; there the backends tied on a Zen 3 (v6 small, 2 threads). A page's
+batches are many and small (17 on a receipt, of 1 to 13 lines; 57 shapes in 73 batches over 16
+receipts), and on those onnxruntime took 0.7-0.86x OpenVINO's time, new shapes or not
+(docs/benchmarks.md, session 18). Each stage takes the faster backend; the engine loads det
+(and cls, orientation, layout) on det's and rec on rec's.
 
 The input's size decides the answer, so it must be the engine's: on a 2-vCPU AMD EPYC
 (Zen 3) onnxruntime ran a 512×384 det input in 37 ms against OpenVINO's 55, while on the
@@ -93,9 +95,14 @@ BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
 # 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
 # and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded; 6 no
-# new shapes (warm times alone)
-FORMAT = 7
-REC_WIDTHS = (320, 1600)  # short lines and lines across a page, at the rec height
+# new shapes (warm times alone); 7 rec on two large batches, each split over the streams
+FORMAT = 8
+# One page's lines for rec, (how many, width in px at the rec height): a receipt's fields
+# and a table's cells (narrow, many), then longer lines up to three across an A4 page
+REC_PAGE_LINES = (
+    (12, 96), (5, 128), (3, 160), (4, 192), (3, 256), (2, 320), (2, 416),
+    (1, 448), (1, 544), (1, 640), (1, 768), (1, 960), (1, 1280), (3, 1600),
+)  # fmt: skip
 ROUNDS = 2
 FOLDER = "auto-backend"
 
@@ -190,16 +197,19 @@ def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]
 
 
 def input_shapes(settings: OcrSettings) -> dict[str, list[tuple[int, ...]]]:
-    """The NCHW shapes measured per stage: what the engine gives det for a full page, and rec
-    batches of short and of long lines, each as many lines as one of the engine's batches
-    holds (``rec_batch`` lines, ``rec_batch_pixels`` of summed width)."""
+    """The NCHW shapes measured per stage: what the engine gives det for a full page, and the
+    rec batches it plans for the lines of :data:`REC_PAGE_LINES` (``rec_batch`` lines and
+    ``rec_batch_pixels`` of summed width at most, each batch one width bucket)."""
     from ocrstream.processors.ocr.det import A4_PAGE, DetParams, det_shape
+    from ocrstream.processors.ocr.rec import RecParams, plan_batches
 
     h, w = det_shape(*A4_PAGE, DetParams(limit_side=settings.det_limit_side))
-    rec: list[tuple[int, ...]] = []
-    for width in REC_WIDTHS:
-        lines = max(1, min(settings.rec_batch, settings.rec_batch_pixels // width))
-        rec.append((lines, 3, settings.rec_height, width))
+    widths = [width for count, width in REC_PAGE_LINES for _ in range(count)]
+    params = RecParams(max_batch_width=settings.rec_batch_pixels)
+    rec: list[tuple[int, ...]] = [
+        (len(batch), 3, settings.rec_height, widths[batch[0]])
+        for batch in plan_batches(widths, settings.rec_batch, params)
+    ]
     return {"det": [(1, 3, h, w)], "rec": rec}
 
 
@@ -296,7 +306,12 @@ def choose(
                 return cached
         start = time.perf_counter()
         load = loader or default_loader(settings, models)
-        seconds, new = measure(stage_candidates(settings, candidates), load, input_shapes(settings))
+        seconds, new = measure(
+            stage_candidates(settings, candidates),
+            load,
+            input_shapes(settings),
+            settings.rec_batch_pixels,
+        )
         took = time.perf_counter() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path,
@@ -343,12 +358,12 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
 
 
 def new_shapes(
-    shapes: dict[str, list[tuple[int, ...]]], n: int
+    shapes: dict[str, list[tuple[int, ...]]], n: int, max_pixels: int
 ) -> dict[str, list[tuple[int, ...]]]:
     """Round ``n``'s (from 1) inputs of shapes the measured ones never have: det the page
     32·n px shorter (pages after the first, smaller than the warm-up's largest), rec each
-    batch's lines 32·n px wider (the next width buckets), as many lines as the same summed
-    width holds."""
+    batch's lines 32·n px wider (the next width buckets: another page of as many lines), fewer
+    lines where they would pass ``max_pixels`` of summed width."""
     out: dict[str, list[tuple[int, ...]]] = {}
     for stage, items in shapes.items():
         fresh: list[tuple[int, ...]] = []
@@ -357,7 +372,7 @@ def new_shapes(
                 fresh.append((lines, channels, max(32, height - 32 * n), width))
             else:
                 wider = width + 32 * n
-                fresh.append((max(1, lines * width // wider), channels, height, wider))
+                fresh.append((max(1, min(lines, max_pixels // wider)), channels, height, wider))
         out[stage] = fresh
     return out
 
@@ -366,6 +381,7 @@ def measure(
     candidates: tuple[str, ...] | dict[str, tuple[str, ...]],
     load: Loader,
     shapes: dict[str, list[tuple[int, ...]]],
+    max_pixels: int,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Per stage and candidate (the same for every stage, or per stage): the best over
     :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` once warm, plus the
@@ -379,26 +395,23 @@ def measure(
         stage: [rng.uniform(-1, 1, shape).astype(np.float32) for shape in shapes[stage]]
         for stage in STAGES
     }
-    fresh = [new_shapes(shapes, n + 1) for n in range(ROUNDS)]
+    fresh = [new_shapes(shapes, n + 1, max_pixels) for n in range(ROUNDS)]
     best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     new: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     for stage in STAGES:
         keys = per_stage[stage]
         for k in keys:
-            for x in inputs[stage]:
-                _run(sessions[(k, stage)], x)  # warm-up: first-shape compilation
+            _run(sessions[(k, stage)], inputs[stage])  # warm-up: first-shape compilation
         for n in range(ROUNDS):
             new_inputs = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in fresh[n][stage]]
             order = keys if n % 2 == 0 else keys[::-1]
             for k in order:
                 start = time.perf_counter()
-                for x in inputs[stage]:
-                    _run(sessions[(k, stage)], x)
+                _run(sessions[(k, stage)], inputs[stage])
                 took = time.perf_counter() - start
                 best[stage][k] = min(best[stage].get(k, took), took)
                 start = time.perf_counter()
-                for x in new_inputs:
-                    _run(sessions[(k, stage)], x)
+                _run(sessions[(k, stage)], new_inputs)
                 new[stage][k] = new[stage].get(k, 0.0) + (time.perf_counter() - start) / ROUNDS
     total = {
         stage: {k: round(best[stage][k] + new[stage][k], 4) for k in per_stage[stage]}
@@ -409,12 +422,16 @@ def measure(
     }
 
 
-def _run(session: InferSession, x: npt.NDArray[np.float32]) -> None:
-    """One run of ``x``, split over the session's concurrent requests as the engine does."""
-    n = max(1, min(int(getattr(session, "concurrency", 1)), x.shape[0]))
+def _run(session: InferSession, xs: list[npt.NDArray[np.float32]]) -> None:
+    """Run every input once as the engine does: one after the other on a session that runs
+    one at a time (det); on one that runs several side by side (rec's streams), as many at
+    once, and a lone batch split in two (``OcrEngine._read_lines``)."""
+    n = max(1, int(getattr(session, "concurrency", 1)))
     if n == 1:
-        session.run(x)
+        for x in xs:
+            session.run(x)
         return
-    parts = np.array_split(x, n)
+    if len(xs) == 1 and xs[0].shape[0] > 1:
+        xs = list(np.array_split(xs[0], 2))
     with ThreadPoolExecutor(n) as pool:
-        list(pool.map(session.run, parts))
+        list(pool.map(session.run, xs))
