@@ -483,11 +483,8 @@ class OcrEngine:
         side by side when the rec session allows it, the costliest first."""
         params = self.rec_params
         widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
-        batches = rec_mod.plan_batches(widths, self.settings.rec_batch, params)
-        if self._pool is not None and len(batches) == 1 and len(batches[0]) > 1:
-            half = (len(batches[0]) + 1) // 2
-            batches = [batches[0][:half], batches[0][half:]]
-        batches.sort(key=lambda idx: -len(idx) * widths[idx[0]])
+        streams = 1 if self._pool is None else int(getattr(self._rec, "concurrency", 1))
+        batches = rec_mod.plan_streams(widths, self.settings.rec_batch, params, streams)
 
         def run(idx: list[int]) -> list[tuple[str, float]]:
             batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)

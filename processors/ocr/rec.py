@@ -110,6 +110,19 @@ def plan_batches(widths: Sequence[int], max_lines: int, params: RecParams) -> li
     return batches
 
 
+def plan_streams(
+    widths: Sequence[int], max_lines: int, params: RecParams, streams: int
+) -> list[list[int]]:
+    """:func:`plan_batches` as the engine runs them on ``streams`` rec streams side by side: a
+    lone batch split in two so that two streams share it, the costliest (lines x width) first."""
+    batches = plan_batches(widths, max_lines, params)
+    if streams > 1 and len(batches) == 1 and len(batches[0]) > 1:
+        half = (len(batches[0]) + 1) // 2
+        batches = [batches[0][:half], batches[0][half:]]
+    batches.sort(key=lambda idx: -len(idx) * widths[idx[0]])
+    return batches
+
+
 def ctc_greedy(
     probs: FloatArray, charset: Sequence[str], space_min: float = 0.0
 ) -> list[tuple[str, float]]:

@@ -9,7 +9,7 @@ uses and runs generated input of the shapes the engine gives them (:func:`inputs
 page at the engine's pixel budget (an A4 page at ``det_limit_side``, the shape every page of a
 scanner's resolution gets), rec the batches the engine plans for one page of lines
 (:data:`REC_PAGE_LINES`: a receipt's short fields and an A4 page's long lines, width-bucketed
-and batched by ``rec.plan_batches`` as the engine does), run as the engine runs them (side by
+and batched by ``rec.plan_streams`` as the engine does), run as the engine runs them (side by
 side on the rec streams). Each is warmed up once, then :data:`ROUNDS` rounds run with the
 backends' order alternating, best time kept. Each round also runs, once each, inputs of shapes
 no session has met (:func:`new_shapes`: in round r the page 32·r px shorter, the lines 32·r px
@@ -200,15 +200,16 @@ def input_shapes(settings: OcrSettings) -> dict[str, list[tuple[int, ...]]]:
     """The NCHW shapes measured per stage: what the engine gives det for a full page, and the
     rec batches it plans for the lines of :data:`REC_PAGE_LINES` (``rec_batch`` lines and
     ``rec_batch_pixels`` of summed width at most, each batch one width bucket)."""
+    from ocrstream.processors.ocr.backends import REC_STREAMS
     from ocrstream.processors.ocr.det import A4_PAGE, DetParams, det_shape
-    from ocrstream.processors.ocr.rec import RecParams, plan_batches
+    from ocrstream.processors.ocr.rec import RecParams, plan_streams
 
     h, w = det_shape(*A4_PAGE, DetParams(limit_side=settings.det_limit_side))
     widths = [width for count, width in REC_PAGE_LINES for _ in range(count)]
     params = RecParams(max_batch_width=settings.rec_batch_pixels)
     rec: list[tuple[int, ...]] = [
         (len(batch), 3, settings.rec_height, widths[batch[0]])
-        for batch in plan_batches(widths, settings.rec_batch, params)
+        for batch in plan_streams(widths, settings.rec_batch, params, REC_STREAMS)
     ]
     return {"det": [(1, 3, h, w)], "rec": rec}
 
@@ -424,14 +425,12 @@ def measure(
 
 def _run(session: InferSession, xs: list[npt.NDArray[np.float32]]) -> None:
     """Run every input once as the engine does: one after the other on a session that runs
-    one at a time (det); on one that runs several side by side (rec's streams), as many at
-    once, and a lone batch split in two (``OcrEngine._read_lines``)."""
+    one at a time (det); side by side on one with several requests (rec's streams; the inputs
+    already split and ordered for them by ``rec.plan_streams``)."""
     n = max(1, int(getattr(session, "concurrency", 1)))
     if n == 1:
         for x in xs:
             session.run(x)
         return
-    if len(xs) == 1 and xs[0].shape[0] > 1:
-        xs = list(np.array_split(xs[0], 2))
     with ThreadPoolExecutor(n) as pool:
         list(pool.map(session.run, xs))
