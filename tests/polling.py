@@ -8,8 +8,11 @@ slower, not red, and a broken one fails with the name of what it was waiting for
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -45,3 +48,16 @@ def wait_until(
                 last_error
             )
         time.sleep(interval_s)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: an exited child of a dead parent is reaped by init,
+    and a zombie counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True

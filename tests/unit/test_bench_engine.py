@@ -331,7 +331,7 @@ def test_a_killed_bench_leaves_no_engine_child_running(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.polling import wait_until
+    from tests.polling import pid_alive, wait_until
 
     (sample,) = a4_samples(tmp_path, 1)
     parent = subprocess.Popen([sys.executable, "-c", _KILLED_BENCH, str(sample.path)])
@@ -342,13 +342,9 @@ def test_a_killed_bench_leaves_no_engine_child_running(tmp_path: Path) -> None:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
 
-    def gone() -> bool:
-        return not any(Path(f"/proc/{pid}").exists() and
-                       (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z")
-                       for pid in children)  # fmt: skip
-
     try:
-        wait_until(gone, 30, "the engine children to exit with the killed bench")
+        wait_until(lambda: not any(pid_alive(pid) for pid in children), 30,
+                   "the engine children to exit with the killed bench")  # fmt: skip
     finally:  # a failing run must not leave them reading pages into the next tests
         for pid in children:
             with contextlib.suppress(OSError):

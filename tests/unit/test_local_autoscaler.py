@@ -5,8 +5,6 @@ down with it when it dies."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -18,7 +16,7 @@ from ocrstream.errors import RetriableError
 from ocrstream.processors.autoscale import Autoscaler, ScalePolicy
 from ocrstream.streams.autoscaler import LocalAutoscaler
 from ocrstream.streams.metrics import Metrics
-from tests.polling import wait_until
+from tests.polling import pid_alive, wait_until
 
 # A stand-in worker: sleeps until SIGTERM; with a grace period it "drains" that long first.
 _WORKER = """
@@ -245,16 +243,4 @@ def test_workers_get_sigterm_when_the_autoscaler_dies(tmp_path: Path) -> None:
     parent.stdout.close()
     wait_until(lambda: marker.exists() and marker.read_text() == "drained", 20,
                "the worker to drain after its autoscaler died", interval_s=0.05)  # fmt: skip
-    wait_until(lambda: not _alive(child_pid), 10, "the worker to exit", interval_s=0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # An exited child of a dead parent is reaped by init; a zombie counts as gone.
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
-            return False
-    return True
+    wait_until(lambda: not pid_alive(child_pid), 10, "the worker to exit", interval_s=0.05)
