@@ -239,6 +239,10 @@ class OcrSettings(BaseSettings):
     # turns it off: on the dev sets it did not beat the fixed budget (docs/benchmarks.md).
     det_line_height: float = 0.0
     det_max_limit_side: int = 2880
+    # Pages of large print scaled down for det until their lines are this tall in its input
+    # (processors/ocr/det.py, det_shape); None: the model set's own (processors/ocr/models.py,
+    # ModelSetSpec.det_max_line_height: 12 for v6 tiny, off for the others), 0: off.
+    det_max_line_height: float | None = Field(default=None, ge=0.0)
     # One det pass at the largest input the budget gives, when the engine starts on OpenVINO:
     # it sizes OpenVINO's buffers once, so that each larger page later does not (a new input
     # shape larger than any before cost 70-100 ms more on v6 tiny; 20 receipts of 20 sizes

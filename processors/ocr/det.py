@@ -1,13 +1,14 @@
 """Text detection: DB (differentiable binarisation) on batches of pages.
 
-Pre-processing scales each page so that its text comes out at the height the detector reads
-best (``DetParams.line_height``, from the page's own line height estimated by
-:func:`~ocrstream.processors.ocr.textsize.line_height`), within a pixel budget; a page with no
-estimate is scaled into a fixed budget instead (see :func:`det_shape`; small pages such as
-150-DPI receipts are enlarged). Both sides are snapped to multiples of 32, which the network
-needs. The snapped shape is a function
-of the page alone, and only pages of the same shape share a batch: a page's input tensor, and
-so its boxes, are the same alone or in a batch (no padding from neighbours).
+Pre-processing scales each page into a fixed pixel budget (small pages such as 150-DPI
+receipts are enlarged), then scales pages of large print down so that their lines are no
+taller than det needs (``DetParams.max_line_height``, from the page's own line height
+estimated by :func:`~ocrstream.processors.ocr.textsize.line_height`); see :func:`det_shape`.
+With ``DetParams.line_height`` set instead, every page is scaled so that its text comes out at
+that height, up or down, within the budgets. Both sides are snapped to multiples of 32, which
+the network needs. The snapped shape is a function of the page alone, and only pages of the
+same shape share a batch: a page's input tensor, and so its boxes, are the same alone or in a
+batch (no padding from neighbours).
 
 Post-processing follows PaddleOCR's DBPostProcess: threshold the probability map (dilated by a
 2×2 kernel only with ``DetParams.dilate``, off: see docs/benchmarks.md), find contours, take
@@ -44,6 +45,11 @@ class DetParams:
     line_height: float = 0.0
     max_limit_side: int = 2880
     min_limit_side: int = 960
+    # Large text scaled down: a page whose lines would come out taller than this in the det
+    # input (by the page's line height) is scaled so that they are this tall, to no less than
+    # ``MIN_SHRINK`` of its budget's scale; never enlarged by it. 0 = off. Unused while
+    # ``line_height`` is set. Per model set (models.ModelSetSpec.det_max_line_height).
+    max_line_height: float = 0.0
     min_side: int = 736
     max_side: int = 4096
     thresh: float = 0.3
@@ -64,6 +70,23 @@ class Box:
     score: float
 
 
+# The most ``max_line_height`` shrinks a page: to half its budget's scale (a quarter of the
+# pixels), so that a page's smaller print keeps half its height when its median line is large.
+MIN_SHRINK = 0.5
+SHRINK_STEPS = 8  # per halving: pages of nearly the same print share one det input shape
+
+
+def shrink_step(wanted: float) -> float:
+    """``wanted`` (the scale that brings a page's lines to ``max_line_height``, relative to the
+    budget's) rounded up to one of ``SHRINK_STEPS`` steps per halving, between ``MIN_SHRINK``
+    and 1: never more shrinking than wanted, and the pages of one kind of print (an A4 letter
+    in 10-pt type) come out at the same input shape, which the runtimes have met before."""
+    if wanted >= 1.0:
+        return 1.0
+    steps = math.ceil(math.log2(wanted) * SHRINK_STEPS - 1e-9) / SHRINK_STEPS
+    return max(MIN_SHRINK, 2.0**steps)
+
+
 def _budget(limit_side: int) -> float:
     return limit_side * limit_side / math.sqrt(2.0)
 
@@ -79,7 +102,11 @@ def det_shape(
     area of an A4-shaped page whose longer side is ``limit_side`` (1280 → 1280×905): text
     size on a page depends on its DPI, not its shape, so a long receipt gets the same number
     of pixels as a letter page instead of being squeezed to ``limit_side`` tall. Small pages
-    are enlarged until the shorter side reaches ``min_side``, within the same budget.
+    are enlarged until the shorter side reaches ``min_side``, within the same budget. Then,
+    with ``params.max_line_height`` set and ``line_px`` known, a page whose lines would be
+    taller than that in the input is scaled down until they are not, in steps
+    (:func:`shrink_step`, to no less than ``MIN_SHRINK`` of that scale): large print costs
+    det fewer pixels.
     """
     area = float(height * width)
     if params.line_height > 0 and line_px is not None and line_px > 0:
@@ -95,6 +122,8 @@ def det_shape(
         ratio = params.min_side / short
     if area * ratio * ratio > budget:
         ratio = math.sqrt(budget / area)
+    if params.max_line_height > 0 and line_px is not None and line_px > 0:
+        ratio *= shrink_step(params.max_line_height / (line_px * ratio))
     return _snap(height, width, min(ratio, params.max_side / max(height, width)))
 
 

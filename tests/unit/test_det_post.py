@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 
 from ocrstream.processors.ocr.det import (
+    MIN_SHRINK,
+    SHRINK_STEPS,
     DetParams,
     boxes_from_map,
     det_shape,
     normalise,
     plan_batches,
+    shrink_step,
     sigmoid,
 )
 
@@ -80,6 +83,52 @@ def test_det_shape_multiples_of_32_within_budget():
     # a small receipt is enlarged, an A4 scan reduced
     assert min(det_shape(1013, 463, params)) >= 700
     assert max(det_shape(3508, 2480, params)) <= 1650
+
+
+def test_large_print_is_scaled_down_to_the_line_height_det_needs():
+    params = DetParams(max_line_height=12.0)
+    base = det_shape(3508, 2480, DetParams())  # an A4 page in the 1600-px budget
+    scale = base[0] / 3508
+
+    def page_px(input_px: float) -> float:  # a line this tall in the budget's input
+        return input_px / scale
+
+    # 18-px lines come out 12 px tall: the page is scaled by 2/3 on each side, or the step
+    # just above (2 ** -4/8 = 0.71)
+    h, w = det_shape(3508, 2480, params, page_px(18.0))
+    assert h % 32 == 0
+    assert w % 32 == 0
+    assert abs(h - base[0] * 2**-0.5) <= 32  # each side snapped
+    assert abs(w - base[1] * 2**-0.5) <= 32
+    # pages of nearly the same print share a shape
+    assert det_shape(3508, 2480, params, page_px(17.5)) == (h, w)
+    # small print, and a page with no estimate, keep the budget's scale: never enlarged by it
+    assert det_shape(3508, 2480, params, page_px(8.0)) == base
+    assert det_shape(3508, 2480, params, None) == base
+    # however large the print, no smaller than half the budget's scale
+    h, w = det_shape(3508, 2480, params, page_px(200.0))
+    assert abs(h - base[0] * MIN_SHRINK) <= 32
+    assert abs(w - base[1] * MIN_SHRINK) <= 32
+    # a small receipt is enlarged to det's minimum side, then scaled down by its print
+    enlarged = det_shape(1013, 463, params, None)
+    assert det_shape(1013, 463, params, 30.0)[1] < enlarged[1]
+    # off at 0, and the full text-size scale (line_height) decides alone where it is set
+    assert det_shape(3508, 2480, DetParams(), page_px(18.0)) == base
+    both = DetParams(max_line_height=12.0, line_height=24.0)
+    assert det_shape(3508, 2480, both, page_px(18.0)) == det_shape(
+        3508, 2480, DetParams(line_height=24.0), page_px(18.0)
+    )
+
+
+def test_shrink_steps_round_towards_less_shrinking():
+    assert shrink_step(1.3) == 1.0
+    assert shrink_step(0.5) == MIN_SHRINK == 0.5
+    assert shrink_step(0.01) == MIN_SHRINK
+    steps = {shrink_step(w) for w in np.linspace(0.5, 0.999, 200)}
+    assert len(steps) == SHRINK_STEPS + 1  # 0.5 … 0.917 and 1
+    for wanted in np.linspace(0.5, 0.999, 50):
+        step = shrink_step(float(wanted))
+        assert wanted <= step < wanted * 2 ** (1 / SHRINK_STEPS) + 1e-9
 
 
 def test_det_batches_only_group_pages_of_one_shape():

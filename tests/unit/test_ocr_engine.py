@@ -247,3 +247,63 @@ def test_an_openvino_engine_sizes_det_once_at_start_and_reads_the_same():
     assert cer(page.text, TRUTH) < 0.1, page.text
     warmed.close()
     cold.close()
+
+
+def test_print_larger_than_det_needs_is_detected_at_a_smaller_input_and_reads_the_same():
+    """PP-OCRv6 scales pages of large print down for det (its ``det_max_line_height``): fewer
+    pixels, the same text. Here 12-pt print on a strip of paper 8.5 inches wide, which the
+    budget alone would enlarge to det's minimum side."""
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
+
+    real = create_key("onnxruntime")
+
+    class Recording:
+        """onnxruntime, with every det input shape written down."""
+
+        name = "onnxruntime"
+
+        def __init__(self) -> None:
+            self.shapes: list[tuple[int, ...]] = []
+
+        def load(self, path: Path, kind: ModelKind, options: SessionOptions):  # type: ignore[no-untyped-def]
+            session = real.load(path, kind, options)
+            if kind == "det":
+                run = session.run
+
+                def recorded(batch: np.ndarray) -> np.ndarray:
+                    self.shapes.append(tuple(batch.shape))
+                    return run(batch)
+
+                session.run = recorded  # type: ignore[method-assign]
+            return session
+
+    page = scan_noise(render_text_page(LINES, width_in=8.5), angle=0.5)
+    read = {}
+    prints: set[str] = set()
+    for cap in (None, 0.0):  # the model's own, and off
+        backend = Recording()
+        settings = OcrSettings(model="ppocrv6-tiny", threads=1, det_max_line_height=cap)
+        engine = OcrEngine(settings, backend=backend)  # type: ignore[arg-type]
+        (result,) = engine.recognize([page])
+        (shape,) = backend.shapes
+        read[cap] = (result.text, shape[2] * shape[3])
+        prints.add(engine.fingerprint("text"))  # the page cache tells the two apart
+        engine.close()
+    assert MODEL_SETS["ppocrv6-tiny"].det_max_line_height > 0
+    assert len(prints) == 2
+    assert read[None][1] < 0.6 * read[0.0][1]  # well under the budget's pixels
+    assert cer(read[None][0], TRUTH) < 0.05, read[None][0]
+    assert cer(read[0.0][0], TRUTH) < 0.05, read[0.0][0]
+
+
+def test_the_det_scaling_cap_off_leaves_the_page_caches_engine_key_as_it_was():
+    """Engines that do not scale large print down (v6 small) keep the fingerprint they had
+    before the option existed, so their cached pages stay valid; those that do get a new one."""
+    from ocrstream.processors.ocr.det import DetParams
+    from ocrstream.processors.ocr.engine import _det_key
+
+    off = DetParams()
+    assert _det_key(off) == repr(off).replace("max_line_height=0.0, ", "")
+    assert "max_line_height" not in _det_key(off)
+    assert "max_line_height=12.0" in _det_key(DetParams(max_line_height=12.0))
