@@ -46,9 +46,9 @@ class DetParams:
     max_limit_side: int = 2880
     min_limit_side: int = 960
     # Large text scaled down: a page whose lines would come out taller than this in the det
-    # input (by the page's line height) is scaled so that they are this tall, to no less than
-    # ``MIN_SHRINK`` of its budget's scale; never enlarged by it. 0 = off. Unused while
-    # ``line_height`` is set. Per model set (models.ModelSetSpec.det_max_line_height).
+    # input (by the page's line height) is scaled down to about this (``shrink_step``), to no
+    # less than ``MIN_SHRINK`` of its budget's scale; never enlarged by it. 0 = off. Unused
+    # while ``line_height`` is set. Per model set (models.ModelSetSpec.det_max_line_height).
     max_line_height: float = 0.0
     min_side: int = 736
     max_side: int = 4096
