@@ -14,11 +14,13 @@ text lines in page pixels:
    their width for their height; the weighted median is the estimate. Fewer than
    ``min_lines`` such blobs (a photo, a blank page) → ``None``: no estimate.
 
-Steps 3–4 run twice. The first smear is a fixed 5 px: it joins the letters of small text into
-lines, but the words of large text stay apart, and a word without ascenders or descenders is
-shorter than its line (70-px Hershey text read 0.8× where 14-px text read 1.1×). The second
-smear reaches ``WORD_GAP`` × the first estimate, enough to bridge a word space at any size, so
-every size is measured as whole lines.
+Steps 3–4 run twice. The first smear is 5 px: it joins the letters of small text into lines,
+but the words of large text stay apart, and a word without ascenders or descenders is shorter
+than its line (70-px Hershey text read 0.8× where 14-px text read 1.1×). The letters of larger
+print are further apart than 5 px, no blob looks like a line, and the first smear is tried
+again further (``FIRST_REACHES``: 18-pt DejaVu Sans at 300 DPI has 8-px letter gaps in the shrunk
+A4 page, and had no estimate before). The second smear reaches ``WORD_GAP`` × the first
+estimate, enough to bridge a word space at any size, so every size is measured as whole lines.
 
 The result is the height of a line's box (ascenders to descenders, or a CJK character's square),
 the same measure as the ground-truth boxes of the dev sets and the detector's own boxes; it takes
@@ -36,6 +38,9 @@ import numpy.typing as npt
 WORK_SIDE = 2048
 MIN_LINES = 4
 FIRST_REACH = 5  # px of the shrunk page: the first smear, letters into words (small text: lines)
+# the first smear's reaches, tried in turn until line-shaped blobs appear (larger print's
+# letters stand further apart); each doubles what the one before joins
+FIRST_REACHES = (FIRST_REACH, 10, 20, 40)
 WORD_GAP = 0.6  # the second smear's reach, × the first estimate: a word space at any size
 
 
@@ -58,7 +63,11 @@ def line_height(
     ink = cv2.adaptiveThreshold(
         small, 1, cv2.ADAPTIVE_THRESH_MEAN_C, cv2.THRESH_BINARY_INV, block, 12
     )
-    first = _blob_height(ink, FIRST_REACH, min_lines)
+    first = None
+    for reach in FIRST_REACHES:
+        first = _blob_height(ink, reach, min_lines)
+        if first is not None:
+            break
     if first is None:
         return None
     lines = _blob_height(ink, max(FIRST_REACH, round(WORD_GAP * first)), min_lines)

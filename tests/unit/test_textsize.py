@@ -6,6 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
+from ocrstream.processors.ocr import textsize
 from ocrstream.processors.ocr.det import DetParams, det_shape
 from ocrstream.processors.ocr.textsize import line_height, weighted_median
 
@@ -25,7 +26,7 @@ def _page(line_px: int, width: int = 2480, height: int = 3508, pitch: float = 1.
     return page
 
 
-@pytest.mark.parametrize("line_px", [14, 24, 40, 70])
+@pytest.mark.parametrize("line_px", [14, 24, 40, 70, 100, 140, 200])
 def test_line_height_follows_the_text_size(line_px: int) -> None:
     page = _page(line_px)
     est = line_height(page)
@@ -40,6 +41,20 @@ def test_large_text_is_measured_as_lines_not_words() -> None:
     ratios = [est / px for px in (14, 70) if (est := line_height(_page(px))) is not None]
     assert len(ratios) == 2
     assert ratios[1] == pytest.approx(ratios[0], rel=0.12)
+
+
+def test_print_whose_letters_stand_apart_is_still_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # from ~100 px (24 pt at 300 DPI) the letters are further apart in the shrunk page than
+    # the first smear reaches: no blob looked like a line and such pages had no estimate
+    page = _page(100)
+    with monkeypatch.context() as m:
+        m.setattr(textsize, "FIRST_REACHES", (textsize.FIRST_REACH,))
+        assert line_height(page) is None
+    est = line_height(page)
+    assert est is not None
+    assert 0.9 * 100 <= est <= 1.4 * 100
 
 
 def test_line_height_orders_pages_by_text_size() -> None:
