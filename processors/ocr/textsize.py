@@ -18,9 +18,9 @@ Steps 3–4 run twice. The first smear is 5 px: it joins the letters of small te
 but the words of large text stay apart, and a word without ascenders or descenders is shorter
 than its line (70-px Hershey text read 0.8× where 14-px text read 1.1×). The letters of larger
 print are further apart than 5 px, no blob looks like a line, and the first smear is tried
-again further (``FIRST_REACHES``: 18-pt DejaVu Sans at 300 DPI has 8-px letter gaps in the shrunk
-A4 page, and had no estimate before). The second smear reaches ``WORD_GAP`` × the first
-estimate, enough to bridge a word space at any size, so every size is measured as whole lines.
+again further (``FIRST_REACHES``: at 5 px alone, 18-pt DejaVu Sans at 300 DPI on A4 had no
+estimate; 24-pt needs 10). The second smear reaches ``WORD_GAP`` × the first estimate, enough
+to bridge a word space at any size, so every size is measured as whole lines.
 
 The result is the height of a line's box (ascenders to descenders, or a CJK character's square),
 the same measure as the ground-truth boxes of the dev sets and the detector's own boxes; it takes
