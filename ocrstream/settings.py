@@ -212,7 +212,13 @@ class OcrSettings(BaseSettings):
     # Pages per det batch; None: 1 on the CPU (measured on A4 pages: batches of 4 were 10-30%
     # slower and took 1.5 GB more memory), 4 on a GPU.
     det_batch: int | None = None
-    rec_batch: int = 64
+    # Lines per rec batch; None: 1 on the CPU, 64 on a GPU. On the CPU one line per run, on
+    # two streams, meets a new input shape only per width bucket, not per (lines, width): a
+    # runtime that compiles kernels per shape (OpenVINO) then runs rec at its warm speed from
+    # the first pages, and `auto` measures it so (docs/benchmarks.md, session 21: v6 small's
+    # rec in bf16 on a Zen 5, 1.3-1.5x onnxruntime's batches on A4). onnxruntime reads the
+    # lines as fast either way.
+    rec_batch: int | None = Field(default=None, ge=1)
     # Summed width in pixels of the lines in one rec batch; None: 4096 on the CPU (wider
     # batches were no faster there and each 20k px costs ~450 MB per stream), 20480 on a GPU.
     rec_batch_width: int | None = None
@@ -257,6 +263,10 @@ class OcrSettings(BaseSettings):
     @property
     def det_batch_size(self) -> int:
         return max(1, self.det_batch or (1 if self.on_cpu else 4))
+
+    @property
+    def rec_batch_lines(self) -> int:
+        return max(1, self.rec_batch or (1 if self.on_cpu else 64))
 
     @property
     def rec_batch_pixels(self) -> int:

@@ -373,7 +373,7 @@ class DevicePipeline:
             det_params=engine.det_params,
             rec_params=engine.rec_params,
             det_batch=settings.det_batch_size,
-            rec_batch=settings.rec_batch,
+            rec_batch=settings.rec_batch_lines,
             min_confidence=settings.min_confidence,
             device=settings.device,
             info=engine.info,

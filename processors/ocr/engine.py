@@ -487,7 +487,7 @@ class OcrEngine:
         params = self.rec_params
         widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
         streams = 1 if self._pool is None else int(getattr(self._rec, "concurrency", 1))
-        batches = rec_mod.plan_streams(widths, self.settings.rec_batch, params, streams)
+        batches = rec_mod.plan_streams(widths, self.settings.rec_batch_lines, params, streams)
 
         def run(idx: list[int]) -> list[tuple[str, float]]:
             batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)

@@ -83,7 +83,7 @@ class LineRescue:
         lines = [rec_mod.resize_line(crop, self.params) for crop in crops]
         widths = [rec_mod.bucket_width(line.shape[1], self.params) for line in lines]
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
-        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch, self.params):
+        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch_lines, self.params):
             batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], self.params)
             decoded = rec_mod.ctc_greedy(self._rec.run(batch), self._charset, self.params.space_min)
             for i, result in zip(idx, decoded, strict=True):

@@ -119,10 +119,16 @@ def test_it_measures_the_shapes_the_engine_runs(tmp_path: Path, both_installed: 
     assert min(widths) <= 128
     assert max(widths) >= 1600
     assert all(width % 32 == 0 for width in widths)
-    assert all(n * w <= settings.rec_batch_pixels and n <= settings.rec_batch
-               for n, _, _, w in rec)  # fmt: skip
-    assert {n for n, *_ in warm} >= {1, 2}
-    assert max(n for n, *_ in warm) > 4
+    # on the CPU one line per batch, as the engine runs them there: a shape per width bucket
+    assert {n for n, *_ in rec} == {1}
+    assert len(warm) == sum(count for count, _ in choice.REC_PAGE_LINES)
+    # with lines batched (rec_batch), batches of several lines within the engine's limits
+    batched = _settings(tmp_path, det_limit_side=1280, rec_batch=64)
+    many = choice.input_shapes(batched)["rec"]
+    assert all(n * w <= batched.rec_batch_pixels and n <= 64 for n, _, _, w in many)
+    assert {n for n, *_ in many} >= {1, 2}
+    assert max(n for n, *_ in many) > 4
+    assert {shape[3] for shape in many} == widths
     # and per round the same lines in the next width buckets
     assert {shape[3] for shape in rec} == {w + 32 * r for w in widths for r in (0, 1, 2)}
     # Another budget is another measurement, kept apart.
@@ -166,21 +172,24 @@ def test_a_backend_that_prepares_each_new_shape_pays_for_it_in_the_measurement(
 ):
     """Warm alone, OpenVINO's rec would win here by a little; it pays for every shape it meets
     for the first time (as it does: 7-20 ms a rec batch) and onnxruntime does not, so rec
-    goes to onnxruntime. Det, far faster on OpenVINO warm, stays there despite the same cost."""
+    goes to onnxruntime. Det, far faster on OpenVINO warm, stays there despite the same cost.
+    (Lines batched as on a GPU: every batch of a round is a shape of its own.)"""
     slow = {("openvino", "rec"): 0.010, ("onnxruntime", "rec"): 0.014,
             ("openvino", "det"): 0.010, ("onnxruntime", "det"): 0.060}  # fmt: skip
     prepare = {("openvino", "rec"): 0.030, ("openvino", "det"): 0.030}
     made: list[_Timed] = []
     found = choice.choose(
-        _settings(tmp_path), load_model_set("ppocrv6-tiny"), loader=_loader(slow, made, prepare)
+        _settings(tmp_path, rec_batch=64),
+        load_model_set("ppocrv6-tiny"),
+        loader=_loader(slow, made, prepare),
     )
     assert found.stages == {"det": "openvino", "rec": "onnxruntime"}
     new = found.new_shape_seconds
-    batches = len(choice.input_shapes(_settings(tmp_path))["rec"])
+    batches = len(choice.input_shapes(_settings(tmp_path, rec_batch=64))["rec"])
     assert new["rec"]["openvino"] >= batches * 0.040 > batches * 0.020 > new["rec"]["onnxruntime"]
     assert found.seconds["rec"]["openvino"] > new["rec"]["openvino"]  # warm time + new shapes
     # each session met the same new shapes, once each, never among the warm ones
-    settings = _settings(tmp_path)
+    settings = _settings(tmp_path, rec_batch=64)
     warm = choice.input_shapes(settings)
     for stage in ("det", "rec"):
         sessions = [s for s in made if s.stage == stage]
@@ -191,6 +200,31 @@ def test_a_backend_that_prepares_each_new_shape_pays_for_it_in_the_measurement(
     # kept with the choice, and read back
     again = choice.choose(settings, load_model_set("ppocrv6-tiny"))
     assert (again.measured, again.new_shape_seconds) == (False, new)
+
+
+def test_one_line_per_rec_batch_meets_a_new_shape_per_width_not_per_batch(
+    tmp_path: Path, both_installed: None
+):
+    """On the CPU the engine runs each line alone, so a page's lines meet one shape per width
+    bucket; batched, every (lines, width) is one more. A backend that prepares each new shape
+    pays for fewer of them, and the measurement counts them as the engine meets them."""
+    prepare = {("openvino", "rec"): 0.030}
+    single: list[_Timed] = []
+    one = choice.choose(_settings(tmp_path), load_model_set("ppocrv6-tiny"),
+                        loader=_loader({}, single, prepare))  # fmt: skip
+    batched: list[_Timed] = []
+    many = choice.choose(_settings(tmp_path, rec_batch=64), load_model_set("ppocrv6-tiny"),
+                         loader=_loader({}, batched, prepare))  # fmt: skip
+    widths = {w for _, w in choice.REC_PAGE_LINES}
+
+    def met(sessions: list[_Timed]) -> set[tuple[int, ...]]:
+        return next(s for s in sessions if s.stage == "rec" and s.new_shape_s).shapes
+
+    assert {shape[0] for shape in met(single)} == {1}
+    # the warm-up's widths and each round's next buckets: a shape per width and round
+    assert len(met(single)) == len({w + 32 * r for w in widths for r in range(choice.ROUNDS + 1)})
+    assert len(met(batched)) > len(met(single))
+    assert one.new_shape_seconds["rec"]["openvino"] < many.new_shape_seconds["rec"]["openvino"]
 
 
 def test_a_kept_choice_is_reused_and_a_new_thread_count_is_measured(

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -94,14 +95,66 @@ def test_engine_info(ocr_engine: OcrEngine):
 
 
 def test_batch_sizes_follow_the_device_unless_set(monkeypatch: pytest.MonkeyPatch):
-    """CPU: one page per det batch and narrow rec batches (faster and ~1 GB smaller on A4
-    pages); GPU: wide batches; an explicit setting wins on either."""
+    """CPU: one page per det batch and one line per rec batch (a shape per width bucket, not
+    per lines x width); GPU: wide batches; an explicit setting wins on either."""
     cpu, gpu = OcrSettings(), OcrSettings(device="cuda:0")
-    assert (cpu.det_batch_size, cpu.rec_batch_pixels) == (1, 4096)
-    assert (gpu.det_batch_size, gpu.rec_batch_pixels) == (4, 20480)
+    assert (cpu.det_batch_size, cpu.rec_batch_lines, cpu.rec_batch_pixels) == (1, 1, 4096)
+    assert (gpu.det_batch_size, gpu.rec_batch_lines, gpu.rec_batch_pixels) == (4, 64, 20480)
     monkeypatch.setenv("OCRSTREAM_OCR_DET_BATCH", "8")
+    monkeypatch.setenv("OCRSTREAM_OCR_REC_BATCH", "16")
     monkeypatch.setenv("OCRSTREAM_OCR_REC_BATCH_WIDTH", "8192")
-    assert (OcrSettings().det_batch_size, OcrSettings().rec_batch_pixels) == (8, 8192)
+    assert (OcrSettings().det_batch_size, OcrSettings().rec_batch_lines,
+            OcrSettings().rec_batch_pixels) == (8, 16, 8192)  # fmt: skip
+
+
+def _lines() -> list[np.ndarray]:
+    lines = []
+    for word, width in (("Total", 200), ("12.50", 210), ("Cash", 220), ("Change due 3.10", 400)):
+        line = np.full((48, width, 3), 255, np.uint8)
+        cv2.putText(line, word, (4, 36), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (0, 0, 0), 2)
+        lines.append(line)
+    return lines
+
+
+def _recorded(engine: OcrEngine, lines: list[np.ndarray]) -> tuple[list, list[tuple[int, ...]]]:
+    seen: list[tuple[int, ...]] = []
+    run = engine._rec.run
+
+    def record(batch: np.ndarray) -> np.ndarray:
+        seen.append(batch.shape)
+        return run(batch)
+
+    engine._rec.run = record  # type: ignore[method-assign]
+    try:
+        return engine._read_lines(lines), seen
+    finally:
+        del engine._rec.run
+
+
+def test_on_the_cpu_each_line_is_read_alone(ocr_engine: OcrEngine):
+    """The engine's rec runs one line per batch on the CPU, on whichever backend auto chose."""
+    read, seen = _recorded(ocr_engine, _lines())
+    assert [text for text, _ in read] == ["Total", "12.50", "Cash", "Change due 3.10"]
+    assert sorted(seen) == [(1, 3, 48, 224)] * 3 + [(1, 3, 48, 416)]
+
+
+def test_a_line_reads_the_same_alone_or_in_a_batch_of_its_width():
+    """Lines of one width bucket batched (rec_batch, as on a GPU) read as they do alone: the
+    same text and confidence, as no line is padded by its neighbours."""
+    alone = OcrEngine(OcrSettings(backend="onnxruntime"))
+    batched = OcrEngine(OcrSettings(backend="onnxruntime", rec_batch=4))
+    try:
+        one, one_seen = _recorded(alone, _lines())
+        many, many_seen = _recorded(batched, _lines())
+    finally:
+        alone.close()
+        batched.close()
+    assert {shape[0] for shape in one_seen} == {1}
+    assert sorted(many_seen) == [(1, 3, 48, 416), (3, 3, 48, 224)]
+    assert [t for t, _ in one] == [t for t, _ in many] == ["Total", "12.50", "Cash",
+                                                           "Change due 3.10"]  # fmt: skip
+    for (_, a), (_, b) in zip(one, many, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
 
 
 def test_engine_uses_the_settings_batch_width(ocr_engine: OcrEngine):

@@ -261,11 +261,11 @@ def rec_options(
     from ocrstream.processors.ocr.rec import RecParams
 
     params = params or RecParams(height=settings.rec_height)
-    h, n, width = params.height, max(1, settings.rec_batch), params.max_width
+    h, n, width = params.height, settings.rec_batch_lines, params.max_width
     return session_options(
         settings,
         min_shape=(1, 3, h, 32),
-        opt_shape=(settings.rec_batch, 3, h, 640),
+        opt_shape=(n, 3, h, 640),
         max_shape=(n, 3, h, width),
         streams=streams,
     )

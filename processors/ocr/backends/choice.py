@@ -22,8 +22,11 @@ Until format 8, rec was measured on two large batches (12 lines of 320 px, 2 of 
 split over the streams; there the backends tied on a Zen 3 (v6 small, 2 threads). A page's
 batches are many and small (17 on a receipt, of 1 to 13 lines; 57 shapes in 73 batches over 16
 receipts), and on those onnxruntime took 0.7-0.86x OpenVINO's time, new shapes or not
-(docs/benchmarks.md, session 18). Each stage takes the faster backend; the engine loads det
-(and cls, orientation, layout) on det's and rec on rec's.
+(docs/benchmarks.md, session 18). Since session 21 the engine runs one line per rec batch on
+the CPU (``OcrSettings.rec_batch_lines``), and these are measured so: 40 runs of one line, a
+shape per width bucket. On a Zen 5 that sent v6 small's rec from onnxruntime to OpenVINO in
+bf16, whose new shapes had counted once per (lines, width) before. Each stage takes the faster
+backend; the engine loads det (and cls, orientation, layout) on det's and rec on rec's.
 
 The input's size decides the answer, so it must be the engine's: on a 2-vCPU AMD EPYC
 (Zen 3) onnxruntime ran a 512×384 det input in 37 ms against OpenVINO's 55, while on the
@@ -198,7 +201,7 @@ def machine(settings: OcrSettings, models: ModelSet, candidates: tuple[str, ...]
 
 def input_shapes(settings: OcrSettings) -> dict[str, list[tuple[int, ...]]]:
     """The NCHW shapes measured per stage: what the engine gives det for a full page, and the
-    rec batches it plans for the lines of :data:`REC_PAGE_LINES` (``rec_batch`` lines and
+    rec batches it plans for the lines of :data:`REC_PAGE_LINES` (``rec_batch_lines`` lines and
     ``rec_batch_pixels`` of summed width at most, each batch one width bucket)."""
     from ocrstream.processors.ocr.backends import REC_STREAMS
     from ocrstream.processors.ocr.det import A4_PAGE, DetParams, det_shape
@@ -209,7 +212,7 @@ def input_shapes(settings: OcrSettings) -> dict[str, list[tuple[int, ...]]]:
     params = RecParams(max_batch_width=settings.rec_batch_pixels)
     rec: list[tuple[int, ...]] = [
         (len(batch), 3, settings.rec_height, widths[batch[0]])
-        for batch in plan_streams(widths, settings.rec_batch, params, REC_STREAMS)
+        for batch in plan_streams(widths, settings.rec_batch_lines, params, REC_STREAMS)
     ]
     return {"det": [(1, 3, h, w)], "rec": rec}
 
