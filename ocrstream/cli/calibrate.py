@@ -19,7 +19,7 @@ from ocrstream.settings import OcrBackend, OcrSettings
 def calibrate(model: str | None, threads: int | None) -> None:
     """Time det and rec on each installed CPU backend and keep the faster per stage for
     ``auto`` (engines started later on this machine with the same threads and models)."""
-    from ocrstream.processors.ocr.backends.choice import choose, installed
+    from ocrstream.processors.ocr.backends.choice import NEW_SHAPE_WEIGHT, choose, installed
     from ocrstream.processors.ocr.models import load_model_set
 
     update = {k: v for k, v in {"model": model, "threads": threads}.items() if v is not None}
@@ -40,7 +40,8 @@ def calibrate(model: str | None, threads: int | None) -> None:
     click.echo(f"CPU {m['cpu']} ({m['arch']}), {m['threads']} threads; {versions}")
     click.echo(
         f"model {settings.model}, generated input; ms: the best warm run plus the mean run of "
-        "shapes met for the first time (in brackets)"
+        "shapes met for the first time (in brackets), that run weighed "
+        + ", ".join(f"{stage} x{w:g}" for stage, w in NEW_SHAPE_WEIGHT.items())
     )
     columns = list(dict.fromkeys(k for times in found.seconds.values() for k in times))
     click.echo("stage  " + "".join(f"{k:>15}" for k in columns) + "  auto")

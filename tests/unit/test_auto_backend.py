@@ -176,7 +176,7 @@ def test_a_backend_that_prepares_each_new_shape_pays_for_it_in_the_measurement(
     (Lines batched as on a GPU: every batch of a round is a shape of its own.)"""
     slow = {("openvino", "rec"): 0.010, ("onnxruntime", "rec"): 0.014,
             ("openvino", "det"): 0.010, ("onnxruntime", "det"): 0.060}  # fmt: skip
-    prepare = {("openvino", "rec"): 0.030, ("openvino", "det"): 0.030}
+    prepare = {("openvino", "rec"): 0.060, ("openvino", "det"): 0.060}
     made: list[_Timed] = []
     found = choice.choose(
         _settings(tmp_path, rec_batch=64),
@@ -187,7 +187,9 @@ def test_a_backend_that_prepares_each_new_shape_pays_for_it_in_the_measurement(
     new = found.new_shape_seconds
     batches = len(choice.input_shapes(_settings(tmp_path, rec_batch=64))["rec"])
     assert new["rec"]["openvino"] >= batches * 0.040 > batches * 0.020 > new["rec"]["onnxruntime"]
-    assert found.seconds["rec"]["openvino"] > new["rec"]["openvino"]  # warm time + new shapes
+    # warm time + new shapes, weighed by how often the engine meets them
+    weighed = choice.NEW_SHAPE_WEIGHT["rec"] * new["rec"]["openvino"]
+    assert found.seconds["rec"]["openvino"] >= batches * 0.010 + weighed
     # each session met the same new shapes, once each, never among the warm ones
     settings = _settings(tmp_path, rec_batch=64)
     warm = choice.input_shapes(settings)
@@ -200,6 +202,25 @@ def test_a_backend_that_prepares_each_new_shape_pays_for_it_in_the_measurement(
     # kept with the choice, and read back
     again = choice.choose(settings, load_model_set("ppocrv6-tiny"))
     assert (again.measured, again.new_shape_seconds) == (False, new)
+
+
+def test_rec_new_shapes_weigh_less_than_its_warm_runs(tmp_path: Path, both_installed: None):
+    """One line per batch, a stream meets a new rec shape in about one run in five on a first
+    pass over A4 pages, and fewer later: a backend whose warm rec is faster takes rec although
+    it prepares each new shape (OpenVINO in bf16 on a Zen 5), where weighing the new shapes as
+    much as the warm runs gave rec to the other. Det pages are mostly new shapes: weighed fully."""
+    slow = {("openvino", "rec"): 0.010, ("onnxruntime", "rec"): 0.014,
+            ("openvino", "det"): 0.010, ("onnxruntime", "det"): 0.014}  # fmt: skip
+    prepare = {("openvino", "rec"): 0.060, ("openvino", "det"): 0.060}
+    found = choice.choose(
+        _settings(tmp_path), load_model_set("ppocrv6-tiny"), loader=_loader(slow, [], prepare)
+    )
+    assert found.stages == {"det": "onnxruntime", "rec": "openvino"}
+    assert choice.NEW_SHAPE_WEIGHT["rec"] < choice.NEW_SHAPE_WEIGHT["det"] == 1.0
+    new = found.new_shape_seconds["rec"]
+    fully = {k: found.seconds["rec"][k] + (1 - choice.NEW_SHAPE_WEIGHT["rec"]) * new[k]
+             for k in new}  # fmt: skip
+    assert fully["openvino"] > fully["onnxruntime"]
 
 
 def test_one_line_per_rec_batch_meets_a_new_shape_per_width_not_per_batch(

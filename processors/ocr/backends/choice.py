@@ -13,7 +13,8 @@ and batched by ``rec.plan_streams`` as the engine does), run as the engine runs 
 side on the rec streams). Each is warmed up once, then :data:`ROUNDS` rounds run with the
 backends' order alternating, best time kept. Each round also runs, once each, inputs of shapes
 no session has met (:func:`new_shapes`: in round r the page 32·r px shorter, the lines 32·r px
-wider), and a stage's time is the best warm time plus the mean time of those new shapes. A
+wider), and a stage's time is the best warm time plus the mean time of those new shapes,
+weighed by how often the engine meets a new shape of that stage (:data:`NEW_SHAPE_WEIGHT`). A
 process meets new shapes in most of its first batches (55-62% of rec batches on 50 receipts,
 75% on 4 A4 pages), and OpenVINO prepares each new shape before running it (7-20 ms a rec
 batch, 35-80 ms a det page on a Zen 4); onnxruntime paid little for new rec shapes at one
@@ -98,8 +99,18 @@ BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
 # 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
 # and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded; 6 no
-# new shapes (warm times alone); 7 rec on two large batches, each split over the streams
-FORMAT = 8
+# new shapes (warm times alone); 7 rec on two large batches, each split over the streams; 8
+# rec's new shapes weighed as much as its warm runs (as det's still are)
+FORMAT = 9
+# How much the run of the new-shape inputs weighs beside the warm run, per stage: how often the
+# engine meets a shape for the first time. Det: most pages of a first batch of receipts are a
+# shape of their own (31 shapes in 50 receipts), so as much as the warm run. Rec, one line per
+# batch on the CPU: on a first pass over 10 A4 pages 52 width buckets in 516 runs (10%; up to
+# 20% where each stream prepares its own), on 50 receipts 28 in ~1,500, so a quarter: one run
+# in five a new shape (docs/benchmarks.md, session 21). Weighed as much as the warm run, the
+# new shapes had sent v6 small's rec to onnxruntime on a Zen 5 where OpenVINO in bf16 read
+# A4 pages 1.3-1.5x faster in the engine, first pass included.
+NEW_SHAPE_WEIGHT = {"det": 1.0, "rec": 0.25}
 # One page's lines for rec, (how many, width in px at the rec height): a receipt's fields
 # and a table's cells (narrow, many), then longer lines up to three across an A4 page
 REC_PAGE_LINES = (
@@ -391,7 +402,7 @@ def measure(
     :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` once warm, plus the
     mean over the rounds of the time to run once each the inputs of :func:`new_shapes`, which
     no session has met before (random values: the time of these networks does not depend on
-    them); and that second part alone."""
+    them), weighed by :data:`NEW_SHAPE_WEIGHT`; and that second part alone, unweighed."""
     per_stage = candidates if isinstance(candidates, dict) else dict.fromkeys(STAGES, candidates)
     rng = np.random.default_rng(0)
     sessions = {(k, stage): load(k, stage) for stage in STAGES for k in per_stage[stage]}
@@ -418,7 +429,10 @@ def measure(
                 _run(sessions[(k, stage)], new_inputs)
                 new[stage][k] = new[stage].get(k, 0.0) + (time.perf_counter() - start) / ROUNDS
     total = {
-        stage: {k: round(best[stage][k] + new[stage][k], 4) for k in per_stage[stage]}
+        stage: {
+            k: round(best[stage][k] + NEW_SHAPE_WEIGHT[stage] * new[stage][k], 4)
+            for k in per_stage[stage]
+        }
         for stage in STAGES
     }
     return total, {
