@@ -133,8 +133,11 @@ def _snap(height: int, width: int, ratio: float) -> tuple[int, int]:
     return rh, rw
 
 
-def normalise(image: ImageBGR, shape: tuple[int, int], params: DetParams) -> FloatArray:
-    """Resize to ``shape`` and normalise to CHW float32: (BGR/255 - mean) / std.
+def normalise(
+    image: ImageBGR, shape: tuple[int, int], params: DetParams, out: FloatArray | None = None
+) -> FloatArray:
+    """Resize to ``shape`` and normalise to CHW float32: (BGR/255 - mean) / std, written into
+    ``out`` (3 × H × W, e.g. a page's slot of its batch) when given.
 
     The resized page is split into its three byte planes and each plane looked up in its
     channel's table of the 256 values (``cv2.LUT``) straight into its CHW slot: the same
@@ -149,7 +152,8 @@ def normalise(image: ImageBGR, shape: tuple[int, int], params: DetParams) -> Flo
     if resized.ndim == 2:  # decode_image gives BGR; a caller's grey array is read as such
         resized = cv2.cvtColor(resized, cv2.COLOR_GRAY2BGR)
     tables = _tables(params.mean, params.std)
-    out = np.empty((3, rh, rw), np.float32)
+    if out is None:
+        out = np.empty((3, rh, rw), np.float32)
     for c, plane in enumerate(cv2.split(resized)):
         cv2.LUT(plane, tables[c], dst=out[c])
     return out

@@ -269,6 +269,10 @@ class OcrEngine:
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
             "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
         }  # fmt: skip
+        if self.det_params.line_height > 0 or self.det_params.max_line_height > 0:
+            # the text-size estimate's blobs from outlines, 8-connected (was labelled,
+            # 4-connected): a few pages' estimates and det scales moved
+            options["textsize"] = "outlines"
         if self.rec_params.space_min:  # only when on: pages cached before read again once
             options["rec_space_min"] = self.rec_params.space_min
         # only when set: the fingerprints of other engines stay as they were
@@ -535,7 +539,9 @@ class OcrEngine:
         pending: tuple[Future[tuple[FloatArray, float]], list[int]] | None = None
         for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
             start = time.perf_counter()
-            batch = np.stack([det_mod.normalise(images[i], shape, params) for i in idx])
+            batch = np.empty((len(idx), 3, *shape), np.float32)
+            for slot, i in enumerate(idx):  # straight into the batch: no stacking copy
+                det_mod.normalise(images[i], shape, params, out=batch[slot])
             prep_share = (time.perf_counter() - start) * 1000 / len(idx)
             for i in idx:
                 pages[i].ms["det"] += prep_share

@@ -116,3 +116,24 @@ def test_det_shape_without_an_estimate_is_the_fixed_budget() -> None:
     for shape in [(3508, 2480), (1013, 463)]:
         assert det_shape(*shape, scaled, None) == det_shape(*shape, fixed)
         assert det_shape(*shape, fixed, 30.0) == det_shape(*shape, fixed)
+
+
+def test_text_inside_a_ruled_frame_is_measured_as_without_it() -> None:
+    # blobs come from their outlines: the lines inside a frame's hole must still count, as
+    # they do on a page without the frame (a form, a boxed receipt)
+    page = _page(30)
+    framed = page.copy()
+    cv2.rectangle(framed, (60, 60), (framed.shape[1] - 60, framed.shape[0] - 60), (0, 0, 0), 8)
+    plain, boxed = line_height(page), line_height(framed)
+    assert plain is not None
+    assert boxed == pytest.approx(plain, rel=0.02)
+
+
+def test_blob_boxes_are_each_blobs_bounding_box() -> None:
+    mask = np.zeros((60, 100), np.uint8)
+    mask[5:9, 10:40] = 1  # a bar
+    mask[5:55, 50:95] = 1  # a ring 45 x 50 ...
+    mask[8:52, 53:92] = 0
+    mask[25:28, 60:80] = 1  # ... with a bar in its hole
+    boxes = sorted(map(tuple, textsize.blob_boxes(mask).tolist()))
+    assert boxes == [(20, 3), (30, 4), (45, 50)]
