@@ -71,6 +71,24 @@ def test_page_reads_the_same_alone_and_in_a_batch_of_32(ocr_engine: OcrEngine, s
     assert "Word 1" in results[1].text
 
 
+def test_a_one_thread_cpu_engine_reads_on_its_own_thread_and_the_same(
+    ocr_engine: OcrEngine, scanned: bytes
+):
+    # a worker given one thread keeps to one core: det is not overlapped on a thread of its own
+    import threading
+
+    one = OcrEngine(OcrSettings(threads=1))
+    try:
+        before = set(threading.enumerate())
+        pages = one.recognize([scanned, scanned])
+        started = [t.name for t in set(threading.enumerate()) - before]
+        assert not [name for name in started if name.startswith("ocr-det")], started
+        (two,) = ocr_engine.recognize([scanned])
+        assert [p.text for p in pages] == [two.text, two.text]
+    finally:
+        one.close()
+
+
 def test_blank_undecodable_and_oversized_pages(ocr_engine: OcrEngine, scanned: bytes):
     blank = np.full((800, 600, 3), 255, np.uint8)
     gray = np.full((800, 600), 250, np.uint8)
