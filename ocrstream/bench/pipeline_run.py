@@ -311,6 +311,7 @@ class PipelineBench:
         try:
             self._warm_up(client, warm)
             expected["warm-up"] = 1
+            self._wait_for_workers()
             if probe_pages:
                 self.echo(f"latency probe: {len(probe_pages)} one-page documents …")
                 self.report["latency_probe"] = self._probe(client, probe_pages)
@@ -330,6 +331,33 @@ class PipelineBench:
         pdf = scanned_pdf([page.path.read_bytes()], dpi=self.cfg.dpi)
         if not self._submit_and_wait(client, {"warm-up": pdf}, 600.0):
             raise TimeoutError("the warm-up document did not finish in 600 s: see the agents log")
+
+    def _wait_for_workers(self, timeout_s: float = 120.0) -> None:
+        """Until every worker started has joined the group and holds its partitions: the first
+        worker ready reads the warm-up alone, and the group's rebalance when the others join
+        pauses every member for up to a heartbeat interval (~3 s), which a probe "at idle"
+        must not measure (it did: one probe of five took 3-4 s, the rest 0.2-0.4)."""
+        from confluent_kafka import ConsumerGroupState, KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        cfg = self.cfg
+        wanted = cfg.min_workers if cfg.autoscale else cfg.workers
+        admin = AdminClient(self.kafka.librdkafka(log_level=3))
+        deadline = time.monotonic() + timeout_s
+        members = 0
+        while time.monotonic() < deadline:
+            try:
+                group = admin.describe_consumer_groups([self.group])[self.group].result(10)
+                members = len(group.members)
+                assigned = all(m.assignment.topic_partitions for m in group.members)
+                if (members >= wanted and group.state == ConsumerGroupState.STABLE
+                        and assigned):  # fmt: skip
+                    self.echo(f"{members} worker(s) in the group, partitions assigned")
+                    return
+            except (KafkaException, KeyError):  # the group between generations: ask again
+                pass
+            time.sleep(0.5)
+        self.echo(f"only {members} of {wanted} worker(s) joined in {timeout_s:.0f} s; going on")
 
     def _compare(self, load_pages: Sequence[Sample]) -> None:
         cfg = self.cfg
