@@ -334,9 +334,10 @@ class PipelineBench:
 
     def _wait_for_workers(self, timeout_s: float = 120.0) -> None:
         """Until every worker started has joined the group and holds its partitions: the first
-        worker ready reads the warm-up alone, and the group's rebalance when the others join
-        pauses every member for up to a heartbeat interval (~3 s), which a probe "at idle"
-        must not measure (it did: one probe of five took 3-4 s, the rest 0.2-0.4)."""
+        worker ready reads the warm-up alone, and when the others join, the partitions handed
+        to them go unread until the members' next heartbeats (3 s apart then, 1 s now), which
+        a probe "at idle" must not measure (it did: one probe of five took 3-4 s, the rest
+        0.2-0.4)."""
         from confluent_kafka import ConsumerGroupState, KafkaException
         from confluent_kafka.admin import AdminClient
 

@@ -1,5 +1,5 @@
 """The pipeline bench probes latency only once every worker has joined the group: a worker
-joining later makes the group rebalance, which pauses every member for seconds."""
+joining later makes the group rebalance, and the partitions handed to it go unread meanwhile."""
 
 from __future__ import annotations
 
