@@ -106,6 +106,21 @@ class _Rendered:
     to_pixels: pymupdf.Matrix  # unrotated page coordinates -> image pixels
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How a page becomes its image, decided before any pixel is decoded: taken from its one
+    image (``image`` set) or rendered at ``dpi``; ``to_pixels`` maps PyMuPDF's unrotated page
+    coordinates to the image's pixels."""
+
+    to_pixels: pymupdf.Matrix
+    dpi: float
+    image: _Image | None = None
+    zoom: float = 0.0  # rendered: pixels per point
+    lossy: bool = False
+    gray: bool = False
+    bilevel: bool = False
+
+
 def fit_zoom(width_pt: float, height_pt: float, zoom: float, max_pixels: int) -> float:
     """``zoom``, lowered where the page rendered at it would exceed ``max_pixels``."""
 
@@ -206,8 +221,27 @@ class PdfDocument:
 
     # -- one page ---------------------------------------------------------------------------
 
-    def _page(self, index: int, dpi: int, use_text_layer: bool) -> SplitPage:
+    def pixel_space(self, index: int, dpi: int) -> tuple[pymupdf.Matrix, int, int]:
+        """Where page ``index``'s image, as :meth:`page` makes it at ``dpi``, lies on the page:
+        the matrix from its pixels to the page as a viewer shows it (PyMuPDF's ``page.rect``
+        coordinates: the crop box, ``/Rotate`` applied), and the image's width and height.
+        Nothing is decoded or rendered. Raises as :meth:`page` does on a page it cannot read
+        (:class:`PageError` for its limits)."""
         page = self._doc.load_page(index)
+        plan, _infos = self._plan(page, dpi)
+        if plan.image is not None:
+            width, height = plan.image.width, plan.image.height
+        else:
+            size = (page.rect * pymupdf.Matrix(plan.zoom, plan.zoom)).irect
+            width, height = size.width, size.height
+        return ~plan.to_pixels * page.rotation_matrix, int(width), int(height)
+
+    @property
+    def document(self) -> pymupdf.Document:
+        """The open PyMuPDF document (one thread at a time; see the module docstring)."""
+        return self._doc
+
+    def _plan(self, page: pymupdf.Page, dpi: float) -> tuple[_Plan, list[dict[str, Any]]]:
         box = unrotated_rect(page)
         if box.width < 1 or box.height < 1:
             raise PageError(ReasonCode.CORRUPT_PDF, f"the page box is empty: {page.rect}")
@@ -216,10 +250,45 @@ class PdfDocument:
         for info in infos:  # inline images are not in the resources
             self._check_pixels(int(info["width"]) * int(info["height"]), "an inline image")
         single = self._single_image(page, box, images, infos)
-        if single is not None:
-            out = self._from_image(page, box, single, infos[0])
+        if single is None:
+            lossy = self._photo_dominated(box, images, infos)
+            return self._render_plan(page, box, dpi, lossy=lossy), infos
+        image, info = single, infos[0]
+        doc = self._doc
+        bbox = pymupdf.Rect(info["bbox"])
+        lossy = image.filter in LOSSY_FILTERS
+        masked = bool(image.smask) or _key_type(doc, image.xref, "Mask") != "null"
+        stencil = _key_type(doc, image.xref, "ImageMask") != "null"
+        if not _upright(page, info["transform"]) or masked or stencil:
+            zoom = math.sqrt(image.pixels / max(bbox.width * bbox.height, 1e-6))
+            gray, bilevel = int(info["colorspace"]) == 1, image.bpc == 1 and not masked
+            plan = self._render_plan(page, box, zoom * 72, lossy=lossy, gray=gray, bilevel=bilevel)
+            return plan, infos
+        to_pixels = pymupdf.Matrix(image.width / bbox.width, 0, 0, image.height / bbox.height, 0, 0)
+        to_pixels = pymupdf.Matrix(1, 0, 0, 1, -bbox.x0, -bbox.y0) * to_pixels
+        return _Plan(to_pixels, image.width * 72 / bbox.width, image=image, lossy=lossy), infos
+
+    def _render_plan(
+        self,
+        page: pymupdf.Page,
+        box: pymupdf.Rect,
+        dpi: float,
+        *,
+        lossy: bool,
+        gray: bool = False,
+        bilevel: bool = False,
+    ) -> _Plan:
+        zoom = fit_zoom(box.width, box.height, dpi / 72, self._limits.max_page_pixels)
+        to_pixels = page.rotation_matrix * pymupdf.Matrix(zoom, zoom)
+        return _Plan(to_pixels, zoom * 72, zoom=zoom, lossy=lossy, gray=gray, bilevel=bilevel)
+
+    def _page(self, index: int, dpi: int, use_text_layer: bool) -> SplitPage:
+        page = self._doc.load_page(index)
+        plan, infos = self._plan(page, dpi)
+        if plan.image is not None:
+            out = self._from_image(plan.image, plan)
         else:
-            out = self._render(page, box, dpi, lossy=self._photo_dominated(box, images, infos))
+            out = self._render(page, plan)
         lines = None
         rules: tuple[tuple[float, float, float, float], ...] = ()
         pictures: tuple[tuple[float, float, float, float], ...] = ()
@@ -291,42 +360,25 @@ class PdfDocument:
                 return None
         return image
 
-    def _from_image(
-        self, page: pymupdf.Page, box: pymupdf.Rect, image: _Image, info: dict[str, Any]
-    ) -> _Rendered:
-        doc = self._doc
-        bbox = pymupdf.Rect(info["bbox"])
-        masked = bool(image.smask) or _key_type(doc, image.xref, "Mask") != "null"
-        stencil = _key_type(doc, image.xref, "ImageMask") != "null"
-        if not _upright(page, info["transform"]) or masked or stencil:
-            zoom = math.sqrt(image.pixels / max(bbox.width * bbox.height, 1e-6))
-            return self._render(
-                page,
-                box,
-                zoom * 72,
-                lossy=image.filter in LOSSY_FILTERS,
-                gray=int(info["colorspace"]) == 1,
-                bilevel=image.bpc == 1 and not masked,
-            )
-        to_pixels = pymupdf.Matrix(image.width / bbox.width, 0, 0, image.height / bbox.height, 0, 0)
-        to_pixels = pymupdf.Matrix(1, 0, 0, 1, -bbox.x0, -bbox.y0) * to_pixels
-        dpi = image.width * 72 / bbox.width
+    def _from_image(self, image: _Image, plan: _Plan) -> _Rendered:
         raw = self._plain_jpeg(image)
         if raw is not None:
-            return _Rendered("jpeg", raw, image.width, image.height, dpi, "passthrough", to_pixels)
-        pix = pymupdf.Pixmap(doc, image.xref)
+            return _Rendered(
+                "jpeg", raw, image.width, image.height, plan.dpi, "passthrough", plan.to_pixels
+            )
+        pix = pymupdf.Pixmap(self._doc, image.xref)
         try:
             if pix.alpha:
                 pix = pymupdf.Pixmap(pix, 0)
             if pix.colorspace is None or pix.colorspace.n not in (1, 3):
                 pix = pymupdf.Pixmap(pymupdf.csRGB, pix)
             pixels = _pixmap_array(pix)
-            encoding, data = split_encode.encode(
-                pixels, lossy=image.filter in LOSSY_FILTERS, bilevel=image.bpc == 1
-            )
+            encoding, data = split_encode.encode(pixels, lossy=plan.lossy, bilevel=image.bpc == 1)
         finally:
             del pix
-        return _Rendered(encoding, data, image.width, image.height, dpi, "converted", to_pixels)
+        return _Rendered(
+            encoding, data, image.width, image.height, plan.dpi, "converted", plan.to_pixels
+        )
 
     def _plain_jpeg(self, image: _Image) -> bytes | None:
         """The raw JPEG stream when a decoder outside PDF shows what a PDF viewer shows."""
@@ -347,26 +399,18 @@ class PdfDocument:
             return None
         return raw
 
-    def _render(
-        self,
-        page: pymupdf.Page,
-        box: pymupdf.Rect,
-        dpi: float,
-        *,
-        lossy: bool,
-        gray: bool = False,
-        bilevel: bool = False,
-    ) -> _Rendered:
-        zoom = fit_zoom(box.width, box.height, dpi / 72, self._limits.max_page_pixels)
-        colorspace = pymupdf.csGRAY if gray else pymupdf.csRGB
+    def _render(self, page: pymupdf.Page, plan: _Plan) -> _Rendered:
+        zoom = plan.zoom
+        colorspace = pymupdf.csGRAY if plan.gray else pymupdf.csRGB
         pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), colorspace=colorspace)
         try:
             width, height = pix.width, pix.height
-            encoding, data = split_encode.encode(_pixmap_array(pix), lossy=lossy, bilevel=bilevel)
+            encoding, data = split_encode.encode(
+                _pixmap_array(pix), lossy=plan.lossy, bilevel=plan.bilevel
+            )
         finally:
             del pix
-        to_pixels = page.rotation_matrix * pymupdf.Matrix(zoom, zoom)
-        return _Rendered(encoding, data, width, height, zoom * 72, "rendered", to_pixels)
+        return _Rendered(encoding, data, width, height, plan.dpi, "rendered", plan.to_pixels)
 
     @staticmethod
     def _photo_dominated(

@@ -152,6 +152,10 @@ class Engine(_Avro):
     version: str
 
 
+#: ``Engine.backend`` of a page read from the PDF's own text layer, not recognised.
+TEXT_LAYER_BACKEND = "text-layer"
+
+
 @dataclass(frozen=True, slots=True)
 class Timings(_Avro):
     decode_ms: float = 0.0

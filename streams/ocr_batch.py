@@ -30,6 +30,7 @@ from ocrstream.processors.ocr.types import PageOCR
 from ocrstream.processors.page_quality import PageQuality
 from ocrstream.processors.page_quality import measure as measure_quality
 from ocrstream.schemas.records import (
+    TEXT_LAYER_BACKEND,
     Block,
     Cell,
     Engine,
@@ -46,7 +47,7 @@ from ocrstream.schemas.records import (
 
 Image_ = npt.NDArray[np.uint8]
 
-TEXT_LAYER_ENGINE = Engine(backend="text-layer", model="pdf", version="1")
+TEXT_LAYER_ENGINE = Engine(backend=TEXT_LAYER_BACKEND, model="pdf", version="1")
 
 
 class ImageMissingError(PoisonError):

@@ -1,10 +1,13 @@
 """The assembler's outputs: the adapter between wire records and :mod:`ocrstream.processors`.
 
-The searchable PDF needs the page images the worker recognised. They are not kept: the
-source is split again with the splitter's settings (same DPI and limits), which gives the
-same bytes — scanned pages pass their original JPEG through, others render identically — so
-the PDF carries the original images, and the splitter writes one object per document (the
-source) instead of one per page. Runs in a worker thread (MuPDF), never on the event loop.
+The searchable PDF of a PDF source is the source itself with an invisible text layer on each
+page that was recognised (:func:`~ocrstream.processors.searchable_pdf.graft_text_layer`):
+its vector content, born-digital text, images in their own encoding (CCITT, JBIG2, JPEG),
+annotations and outline are kept, and nothing is rendered. An image source (JPEG, PNG,
+TIFF …) becomes a PDF of its images: they are not kept, so the source is split again with
+the splitter's settings (same limits), which gives the very bytes the worker recognised, and
+the splitter writes one object per document (the source) instead of one per page. Runs in a
+worker thread (MuPDF), never on the event loop.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from pathlib import Path
 from ocrstream.processors.assemble import AssembledDocument, assemble, render_outputs
 from ocrstream.processors.figures import FigurePage, crop_figures
 from ocrstream.processors.layout.markdown import page_figures
-from ocrstream.processors.searchable_pdf import images_from_pages
-from ocrstream.processors.split import iter_pages
-from ocrstream.schemas.records import PageResult
+from ocrstream.processors.ocr.types import PageOCR
+from ocrstream.processors.searchable_pdf import graft_text_layer, images_from_pages
+from ocrstream.processors.split import PDF, iter_pages, sniff
+from ocrstream.schemas.records import TEXT_LAYER_BACKEND, PageResult
 from ocrstream.settings import LimitsSettings
 
 FORMATS = ("json", "txt", "pdf")  # what a document gets when its pages name no outputs
@@ -63,11 +67,30 @@ def build(
     wanted = [f for f in formats if f in CONTENT_TYPES]
     if "pdf" not in wanted or source is None:
         rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
+    elif _is_pdf(source):
+        rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
+        if doc.page_count > 0:
+            rendered["pdf"] = graft_text_layer(source, _recognised(doc), dpi=dpi, limits=limits)
     else:
         pages = iter_pages(str(source), None, limits, dpi=dpi)
         with closing(pages):  # type: ignore[type-var]
             rendered = render_outputs(doc, images_from_pages(pages), wanted)
     return {name: (data, CONTENT_TYPES[name]) for name, data in rendered.items()}
+
+
+def _is_pdf(source: Path) -> bool:
+    with open(source, "rb") as fp:
+        return sniff(fp.read(1024)) == PDF
+
+
+def _recognised(doc: AssembledDocument) -> dict[int, PageOCR]:
+    """The pages whose text the source lacks: read by OCR, not taken from their own text layer
+    (those already carry it), and not failed."""
+    return {
+        page.page_no: page.ocr
+        for page in doc.pages
+        if page.readable and (page.engine or {}).get("backend") != TEXT_LAYER_BACKEND
+    }
 
 
 def has_figures(doc: AssembledDocument) -> bool:

@@ -69,7 +69,14 @@ from ocrstream.processors.regions import OPTION as REGIONS_OPTION
 from ocrstream.processors.regions import decode as decode_regions
 from ocrstream.processors.routing import RoutingRule
 from ocrstream.schemas.codec import Codec
-from ocrstream.schemas.records import Engine, ErrorInfo, PageResult, PageStatus, PageTask
+from ocrstream.schemas.records import (
+    TEXT_LAYER_BACKEND,
+    Engine,
+    ErrorInfo,
+    PageResult,
+    PageStatus,
+    PageTask,
+)
 from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerPool, WorkerSettings
 from ocrstream.streams import dlq, topics
 from ocrstream.streams.breaker import StoreBreaker
@@ -491,7 +498,7 @@ class OcrWorker:
         (not its text layer, not failed) whose line confidences the rule finds weak."""
         if self.routing is None or result.status is not PageStatus.OK:
             return False
-        if result.engine is None or result.engine.backend == "text-layer":
+        if result.engine is None or result.engine.backend == TEXT_LAYER_BACKEND:
             return False
         return self.routing.weak([line.confidence for line in result.lines])
 

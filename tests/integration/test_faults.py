@@ -423,8 +423,12 @@ def test_store_outage_pauses_the_splitter(
     docs = [fake_doc(i, 2) for i in range(6)]
     ids = [d.doc_id for d in docs]
     pipeline.start()
-    wait_until(lambda: pipeline.metric("splitter", "ocrstream_agent_stalled_records_total")
-               is not None, 60, "the splitter to serve its metrics")  # fmt: skip
+    # the agents check the store as they start (and exit if it stays down: a restart is
+    # their orchestrator's job); the outage begins once both are past that check
+    stalled = "ocrstream_agent_stalled_records_total"
+    for agent in ("splitter", "assembler"):
+        wait_until(lambda agent=agent: pipeline.metric(agent, stalled) is not None, 60,
+                   f"the {agent} to serve its metrics")  # fmt: skip
     with service_down("s3"):
         for doc in docs:  # inline sources: submitting needs no store
             client.submit(doc.data, doc_id=doc.doc_id, outputs=FAST_OUTPUTS)
