@@ -179,6 +179,7 @@ class SearchablePdf:
         quiet_mupdf()
         self._doc = pymupdf.open()
         self._fonts = _Fonts()
+        self.embeds_fonts = False  # a line went through TextWriter: its font wants subsetting
         self._doc.set_metadata(
             {"producer": "ocrstream", "creator": "ocrstream", "title": title or ""}
         )
@@ -242,6 +243,7 @@ class SearchablePdf:
         (nothing embedded; a few string operations per line); any other line through
         MuPDF's TextWriter with an embedded, subset font (slower: a resource merge per line).
         ``to_page`` maps ``result``'s pixels to the page (points, y down)."""
+        page_height = page.rect.height  # MuPDF bounds the page on every .rect
         latin = self._fonts.latin
         ops: list[bytes] = []
         for line in result.lines:
@@ -260,7 +262,7 @@ class SearchablePdf:
             natural = self._fonts.latin_length(text)
             if where is None or natural <= 0:
                 continue
-            ops.append(_show(where, natural, page.rect.height, encoded))
+            ops.append(_show(where, natural, page_height, encoded))
         if ops:
             self._append_stream(page, b"".join(ops))
 
@@ -288,9 +290,8 @@ class SearchablePdf:
         origin = pymupdf.Point(llx + (ulx - llx) * lift, lly + (uly - lly) * lift)
         return _Placement(origin, (alx / length, aly / length), length, fontsize)
 
-    @staticmethod
     def _write_line(
-        page: pymupdf.Page, text: str, font: pymupdf.Font, where: _Placement | None
+        self, page: pymupdf.Page, text: str, font: pymupdf.Font, where: _Placement | None
     ) -> None:
         if where is None:
             return
@@ -304,6 +305,7 @@ class SearchablePdf:
         # morph works in PDF space (y up): a clockwise turn on the page is a negative angle
         stretch = pymupdf.Matrix(where.length / natural, 0, 0, 1, 0, 0) * pymupdf.Matrix(-angle)
         writer.write_text(page, render_mode=3, morph=(where.origin, stretch))
+        self.embeds_fonts = True
 
     def _append_stream(self, page: pymupdf.Page, body: bytes) -> None:
         """Add ``body`` (text operators in /F_LATIN) as one more content stream of ``page``."""
@@ -330,12 +332,14 @@ class SearchablePdf:
 
     def tobytes(self) -> bytes:
         """The finished PDF (fonts subset, unused objects dropped, streams compressed)."""
-        self._doc.subset_fonts()
+        if self.embeds_fonts:
+            self._doc.subset_fonts()
         data: bytes = self._doc.tobytes(garbage=1, deflate=True)
         return data
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        self._doc.subset_fonts()
+        if self.embeds_fonts:
+            self._doc.subset_fonts()
         self._doc.save(os.fspath(path), garbage=1, deflate=True)
 
     def close(self) -> None:
@@ -458,7 +462,8 @@ def graft_text_layer(
             index = layers.add_text_page(box.width, box.height, result, to_unrotated)
             if index is not None:
                 placed.append((page_no - 1, index))
-        layers.document.subset_fonts()
+        if layers.embeds_fonts:
+            layers.document.subset_fonts()
         for page_index, layer_index in placed:
             page = doc.load_page(page_index)
             if not page.is_wrapped:
