@@ -34,7 +34,8 @@ import io
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -479,3 +480,31 @@ def graft_text_layer(
     finally:
         layers.close()
         pdf.close()
+
+
+def source_searchable_pdf(
+    source: str | os.PathLike[str],
+    page_count: int,
+    results: Mapping[int, PageOCR],
+    *,
+    own_text: Collection[int] = (),
+    dpi: int,
+    limits: LimitsSettings,
+    title: str | None = None,
+) -> bytes:
+    """document.pdf of the file at ``source``, whatever its kind: a PDF gets the text layer
+    grafted onto its own pages (:func:`graft_text_layer`; ``own_text``, the pages answered
+    from their own text layer, are left as they are), an image source becomes a PDF of the
+    very images the worker read, split again with the same ``dpi`` and ``limits``
+    (:func:`build_searchable_pdf`)."""
+    from ocrstream.processors.split import PDF, iter_pages, sniff
+
+    with open(source, "rb") as fp:
+        is_pdf = sniff(fp.read(1024)) == PDF
+    if is_pdf:
+        skip = set(own_text)
+        recognised = {n: r for n, r in results.items() if n not in skip and r.status != "failed"}
+        return graft_text_layer(source, recognised, dpi=dpi, limits=limits)
+    pages = iter_pages(os.fspath(source), None, limits, dpi=dpi)
+    with closing(pages):  # type: ignore[type-var]
+        return build_searchable_pdf(page_count, results, images_from_pages(pages), title=title)

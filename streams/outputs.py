@@ -20,9 +20,8 @@ from pathlib import Path
 from ocrstream.processors.assemble import AssembledDocument, assemble, render_outputs
 from ocrstream.processors.figures import FigurePage, crop_figures
 from ocrstream.processors.layout.markdown import page_figures
-from ocrstream.processors.ocr.types import PageOCR
-from ocrstream.processors.searchable_pdf import graft_text_layer, images_from_pages
-from ocrstream.processors.split import PDF, iter_pages, sniff
+from ocrstream.processors.searchable_pdf import images_from_pages, source_searchable_pdf
+from ocrstream.processors.split import iter_pages
 from ocrstream.schemas.records import TEXT_LAYER_BACKEND, PageResult
 from ocrstream.settings import LimitsSettings
 
@@ -65,32 +64,22 @@ def build(
 ) -> dict[str, tuple[bytes, str]]:
     """The requested outputs as (bytes, content type); the PDF only when ``source`` is set."""
     wanted = [f for f in formats if f in CONTENT_TYPES]
-    if "pdf" not in wanted or source is None:
-        rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
-    elif _is_pdf(source):
-        rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
-        if doc.page_count > 0:
-            rendered["pdf"] = graft_text_layer(source, _recognised(doc), dpi=dpi, limits=limits)
-    else:
-        pages = iter_pages(str(source), None, limits, dpi=dpi)
-        with closing(pages):  # type: ignore[type-var]
-            rendered = render_outputs(doc, images_from_pages(pages), wanted)
+    rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
+    if "pdf" in wanted and source is not None and doc.page_count > 0:
+        rendered["pdf"] = source_searchable_pdf(
+            source,
+            doc.page_count,
+            {page.page_no: page.ocr for page in doc.pages},
+            own_text=[
+                p.page_no
+                for p in doc.pages
+                if (p.engine or {}).get("backend") == TEXT_LAYER_BACKEND
+            ],
+            dpi=dpi,
+            limits=limits,
+            title=doc.doc_id,
+        )
     return {name: (data, CONTENT_TYPES[name]) for name, data in rendered.items()}
-
-
-def _is_pdf(source: Path) -> bool:
-    with open(source, "rb") as fp:
-        return sniff(fp.read(1024)) == PDF
-
-
-def _recognised(doc: AssembledDocument) -> dict[int, PageOCR]:
-    """The pages whose text the source lacks: read by OCR, not taken from their own text layer
-    (those already carry it), and not failed."""
-    return {
-        page.page_no: page.ocr
-        for page in doc.pages
-        if page.readable and (page.engine or {}).get("backend") != TEXT_LAYER_BACKEND
-    }
 
 
 def has_figures(doc: AssembledDocument) -> bool:

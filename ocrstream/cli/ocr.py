@@ -5,7 +5,8 @@ which is used as it is; with ``--skip-text``, pages that carry a usable text lay
 from it (confidence 1.0) and not OCRed. Pages of all inputs go through the engine together, in
 batches across files (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`, while the
 next inputs are split), and each input's output is written as soon as its last page is done:
-``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage"), ``.txt`` or ``.md``
+``DIR/<stem>.json`` (document.json of docs/architecture.md, "Storage"), ``.txt``, ``.md`` or
+``.pdf`` (a PDF input with the text layer grafted on, as the assembler writes document.pdf)
 with ``--output DIR``, standard output without (one JSON document per line when there are
 several inputs; text pages are separated by form feeds, as tesseract does). ``--mode layout``
 adds each page's blocks (document.json) and gives ``--format markdown`` its structure.
@@ -48,6 +49,7 @@ class _Doc:
     error_message: str | None = None
     split_done: bool = False
     figures: dict[str, bytes] = field(default_factory=dict)  # layout mode: crops by path
+    own_text: set[int] = field(default_factory=set)  # pages answered from their text layer
 
     @property
     def done(self) -> bool:
@@ -138,10 +140,12 @@ def make_engine(settings: OcrSettings) -> Any:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "text", "markdown"]),
+    type=click.Choice(["json", "text", "markdown", "pdf"]),
     default="json",
     show_default=True,
-    help="document.json, plain text in reading order, or Markdown (structure with --mode layout).",
+    help="document.json, plain text in reading order, Markdown (structure with --mode layout), "
+    "or a searchable PDF: a PDF input with an invisible text layer on the pages OCR read, an "
+    "image input as a PDF of its pages (binary: several inputs need --output).",
 )
 @click.option(
     "--mode",
@@ -154,7 +158,7 @@ def make_engine(settings: OcrSettings) -> Any:
     "--output",
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write DIR/<stem>.json (or .txt, .md) per input instead of standard output.",
+    help="Write DIR/<stem>.json (or .txt, .md, .pdf) per input instead of standard output.",
 )
 @click.option(
     "--skip-text",
@@ -199,6 +203,8 @@ def ocr(
 ) -> None:
     """Recognise the text of images and PDFs."""
     regions = _load_regions(regions_file) if regions_file is not None else None
+    if fmt == "pdf" and output is None and len(files) > 1:
+        raise click.UsageError("--format pdf with several inputs needs --output DIR")
     overrides: dict[str, Any] = {
         key: value
         for key, value in (
@@ -220,7 +226,7 @@ def ocr(
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
     docs = [_Doc(path, doc_id) for path, doc_id in zip(files, _doc_ids(files), strict=True)]
-    writer = _Writer(engine.info, fmt, output, several=len(docs) > 1)
+    writer = _Writer(engine.info, fmt, output, several=len(docs) > 1, dpi=dpi)
     failed = 0
     try:
         run = _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode, regions)
@@ -336,6 +342,7 @@ def _split(
                     error_message=page.error_message,
                 )
             elif page.text_lines is not None:
+                doc.own_text.add(page.page_no)
                 doc.pages[page.page_no] = answered = PageOCR(
                     width=page.width,
                     height=page.height,
@@ -363,14 +370,19 @@ def _split(
 
 
 class _Writer:
-    def __init__(self, engine: EngineInfo, fmt: str, output: Path | None, several: bool) -> None:
+    def __init__(
+        self, engine: EngineInfo, fmt: str, output: Path | None, several: bool, dpi: int = 300
+    ) -> None:
         self.engine = engine
         self.fmt = fmt
         self.output = output
         self.several = several
+        self.dpi = dpi
 
     def write(self, doc: _Doc) -> None:
-        if self.fmt == "json":
+        if self.fmt == "pdf":
+            self._pdf(doc)
+        elif self.fmt == "json":
             body = doc.to_dict(self.engine)
             if self.output is None:
                 indent = None if self.several else 2
@@ -391,6 +403,28 @@ class _Writer:
                     (self.output / folder).mkdir(exist_ok=True)
                     for crop, data in doc.figures.items():
                         (self.output / folder / crop.removeprefix("figures/")).write_bytes(data)
+
+    def _pdf(self, doc: _Doc) -> None:
+        """The searchable PDF (the splitter's limits and this run's DPI, as the pages were
+        split); a document that failed entirely has none."""
+        from ocrstream.processors.searchable_pdf import source_searchable_pdf
+
+        if doc.status == "failed" and doc.page_count == 0:
+            return
+        data = source_searchable_pdf(
+            doc.path,
+            doc.page_count,
+            doc.pages,
+            own_text=doc.own_text,
+            dpi=self.dpi,
+            limits=LimitsSettings(),
+            title=doc.doc_id,
+        )
+        if self.output is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            (self.output / f"{doc.doc_id}.pdf").write_bytes(data)
 
     @staticmethod
     def _stdout(text: str, stream: TextIO | None = None) -> None:

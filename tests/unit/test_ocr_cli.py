@@ -91,6 +91,34 @@ def test_pdf_with_text_layer_and_scan_to_files(cli: CliRunner, pdf: Path, tmp_pa
     assert "Quarterly" in text
 
 
+def test_a_pdf_becomes_itself_with_the_text_of_its_scanned_page(
+    cli: CliRunner, pdf: Path, tmp_path: Path
+):
+    """``--format pdf``: the input PDF comes back page for page — its born-digital page as it
+    was (its text once), its scanned page with the same image and the recognised text."""
+    out = tmp_path / "out"
+    result = cli.invoke(main, ["ocr", str(pdf), "--skip-text", "--format", "pdf", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    with pymupdf.open(pdf) as before, pymupdf.open(out / "mixed.pdf") as after:
+        assert after.page_count == 2
+        first, second = after
+        assert first.get_text().split() == before[0].get_text().split()  # not read twice
+        (xref, *_), (old, *_) = second.get_images()[0], before[1].get_images()[0]
+        assert after.xref_stream_raw(xref) == before.xref_stream_raw(old)  # not re-encoded
+        assert cer(second.get_text().strip(), "\n".join(LINES)) < 0.05
+
+
+def test_an_image_becomes_a_searchable_pdf_on_stdout(cli: CliRunner, scan: Path, tmp_path: Path):
+    result = cli.invoke(main, ["ocr", str(scan), "--format", "pdf"])
+    assert result.exit_code == 0, result.stderr
+    with pymupdf.open(stream=result.stdout_bytes) as pdf:
+        assert pdf.page_count == 1
+        assert cer(pdf[0].get_text().strip(), "\n".join(LINES)) < 0.05
+    two = cli.invoke(main, ["ocr", str(scan), str(scan), "--format", "pdf"])
+    assert two.exit_code == 2
+    assert "needs --output" in two.stderr
+
+
 def test_a_bad_input_fails_alone_with_a_reason(cli: CliRunner, scan: Path, tmp_path: Path):
     bad = tmp_path / "notes.png"
     bad.write_bytes(b"this is not a png")
