@@ -249,8 +249,8 @@ def test_layout_markdown_to_a_folder_writes_the_figure_crops_it_links(
     assert crop.shape[1] > 300  # the picture, at 150 DPI
 
 
-def test_one_file_skips_the_det_warm_up_that_many_files_pay_for(
-    monkeypatch: pytest.MonkeyPatch, ocr_engine, scan: Path, tmp_path: Path
+def test_one_page_skips_the_det_warm_up_that_more_pages_pay_for(
+    monkeypatch: pytest.MonkeyPatch, ocr_engine, scan: Path, pdf: Path, tmp_path: Path
 ) -> None:
     seen: list[bool] = []
 
@@ -262,8 +262,8 @@ def test_one_file_skips_the_det_warm_up_that_many_files_pay_for(
     monkeypatch.delenv("OCRSTREAM_OCR_DET_WARMUP", raising=False)
     other = tmp_path / "other.jpg"
     other.write_bytes(scan.read_bytes())
-    for args in ([str(scan)], [str(scan), str(other)]):
+    for args in ([str(scan)], [str(scan), str(other)], [str(pdf)]):  # 1 page, 2 files, 2 pages
         assert CliRunner().invoke(main, ["ocr", *args]).exit_code == 0
     monkeypatch.setenv("OCRSTREAM_OCR_DET_WARMUP", "true")  # said by the user: kept
     assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
-    assert seen == [False, True, True]
+    assert seen == [False, True, True, True]
