@@ -415,6 +415,26 @@ def _upright_to_source(result: PageOCR) -> tuple[pymupdf.Matrix, int, int]:
     return pymupdf.Matrix(1, 0, 0, 1, 0, 0), w, h
 
 
+class UnfitSourceError(ValueError):
+    """The source PDF has a page MuPDF cannot load (a broken page tree): grafting would keep
+    it broken, so the searchable PDF is built from the page images instead."""
+
+
+def _lay_over(page: pymupdf.Page, layers: pymupdf.Document, index: int) -> None:
+    """Put layer page ``index`` over ``page``, both unrotated (show_pdf_page places the
+    layer as if the page had no ``/Rotate``)."""
+    if not page.is_wrapped:
+        page.wrap_contents()  # the source's graphics state must not leak into the layer
+    rotation = page.rotation
+    if rotation:
+        page.set_rotation(0)
+    try:
+        page.show_pdf_page(page.rect, layers, index, keep_proportion=False)
+    finally:
+        if rotation:
+            page.set_rotation(rotation)
+
+
 def graft_text_layer(
     source: str | os.PathLike[str],
     results: Mapping[int, PageOCR],
@@ -432,7 +452,8 @@ def graft_text_layer(
     (:meth:`~ocrstream.processors.split_pdf.PdfDocument.pixel_space` says where the image the
     worker read lies on the page, whatever its crop box and ``/Rotate``), then placed over the
     source page as a form XObject; fonts are subset once for the whole document. Nothing is
-    decoded or rendered. Raises what the splitter raises on a source it cannot open."""
+    decoded or rendered. Raises what the splitter raises on a source it cannot open, and
+    :class:`UnfitSourceError` on one with a page that cannot be loaded at all."""
     from ocrstream.processors.split_pdf import PdfDocument
     from ocrstream.processors.textlayer import unrotated_rect
 
@@ -440,6 +461,11 @@ def graft_text_layer(
     layers = SearchablePdf()
     try:
         doc = pdf.document
+        for number in range(pdf.page_count):
+            try:
+                doc.load_page(number)
+            except Exception as e:  # a page MuPDF cannot even load: no viewer will show it
+                raise UnfitSourceError(f"page {number + 1} cannot be loaded: {e}") from e
         placed: list[tuple[int, int]] = []
         for page_no in sorted(results):
             result = results[page_no]
@@ -466,15 +492,11 @@ def graft_text_layer(
         if layers.embeds_fonts:
             layers.document.subset_fonts()
         for page_index, layer_index in placed:
-            page = doc.load_page(page_index)
-            if not page.is_wrapped:
-                page.wrap_contents()  # the source's graphics state must not leak into the layer
-            rotation = page.rotation
-            if rotation:
-                page.set_rotation(0)
-            page.show_pdf_page(page.rect, layers.document, layer_index, keep_proportion=False)
-            if rotation:
-                page.set_rotation(rotation)
+            try:
+                _lay_over(doc.load_page(page_index), layers.document, layer_index)
+            except Exception:  # a page MuPDF cannot edit keeps its content, without a layer
+                log.warning("page %d: the text layer cannot be added", page_index + 1,
+                            exc_info=True)  # fmt: skip
         data: bytes = doc.tobytes(garbage=1, deflate=True)
         return data
     finally:
@@ -494,7 +516,8 @@ def source_searchable_pdf(
 ) -> bytes:
     """document.pdf of the file at ``source``, whatever its kind: a PDF gets the text layer
     grafted onto its own pages (:func:`graft_text_layer`; ``own_text``, the pages answered
-    from their own text layer, are left as they are), an image source becomes a PDF of the
+    from their own text layer, are left as they are; a PDF with a page MuPDF cannot load is
+    treated as an image source), an image source becomes a PDF of the
     very images the worker read, split again with the same ``dpi`` and ``limits``
     (:func:`build_searchable_pdf`)."""
     from ocrstream.processors.split import PDF, iter_pages, sniff
@@ -504,7 +527,10 @@ def source_searchable_pdf(
     if is_pdf:
         skip = set(own_text)
         recognised = {n: r for n, r in results.items() if n not in skip and r.status != "failed"}
-        return graft_text_layer(source, recognised, dpi=dpi, limits=limits)
+        try:
+            return graft_text_layer(source, recognised, dpi=dpi, limits=limits)
+        except UnfitSourceError as e:
+            log.warning("the searchable PDF is built from the page images: %s", e)
     pages = iter_pages(os.fspath(source), None, limits, dpi=dpi)
     with closing(pages):  # type: ignore[type-var]
         return build_searchable_pdf(page_count, results, images_from_pages(pages), title=title)

@@ -11,14 +11,14 @@ import pytest
 
 from ocrstream.processors.ocr.geometry import rotate_page
 from ocrstream.processors.ocr.types import Line, PageOCR
-from ocrstream.processors.searchable_pdf import graft_text_layer
+from ocrstream.processors.searchable_pdf import graft_text_layer, source_searchable_pdf
 from ocrstream.processors.split import iter_pages
 from ocrstream.processors.split_types import SplitPage
 from ocrstream.schemas.records import Engine, PageResult, PageStatus, Point, utc_now
 from ocrstream.schemas.records import Line as WireLine
 from ocrstream.settings import LimitsSettings
 from ocrstream.streams import outputs
-from tests import samples
+from tests import hostile, samples
 
 DPI = 150
 LIMITS = LimitsSettings()
@@ -217,3 +217,40 @@ def test_lines_outside_winansi_are_placed_as_well(tmp_path: Path) -> None:
         fonts = {f[3] for f in after[0].get_fonts(full=True)}
         assert any("+" in name for name in fonts), fonts  # the CJK font is a subset
     assert len(grafted) < 100_000
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in hostile.CASES if c.content_type == hostile.PDF and c.page_count],
+    ids=lambda c: c.name,
+)
+def test_a_hostile_pdf_keeps_its_pages_and_the_readable_ones_get_their_text(
+    tmp_path: Path, case: hostile.Case
+) -> None:
+    """Damaged, repaired, bombed, encrypted-for-the-owner PDFs: the searchable PDF never fails
+    the document, every page the splitter read gets its line, and the output opens page by
+    page (a page tree MuPDF cannot walk falls back to the page images, with a note)."""
+    source = tmp_path / f"{case.name}.pdf"
+    source.write_bytes(case.data)
+    pages = list(iter_pages(str(source), None, LIMITS, dpi=DPI))
+    results = {
+        p.page_no: PageOCR(
+            p.width,
+            p.height,
+            (
+                Line(
+                    f"grafted{p.page_no}",
+                    0.9,
+                    ((5, 5), (p.width - 5, 5), (p.width - 5, 40), (5, 40)),
+                ),
+            ),
+        )
+        for p in pages
+        if p.ok
+    }
+    out = source_searchable_pdf(source, len(pages), results, dpi=DPI, limits=LIMITS)
+    with pymupdf.open(stream=out) as after:
+        assert after.page_count == case.page_count
+        for page_no in range(1, after.page_count + 1):
+            text = after[page_no - 1].get_text()
+            assert (f"grafted{page_no}" in text) == (page_no in results), (page_no, text)
