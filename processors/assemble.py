@@ -2,7 +2,8 @@
 
 Pure: the assembler agent collects the page results of a document (de-duplicated by page
 number), calls :func:`assemble` once every page is in or the deadline passed, and stores what
-:func:`render_outputs` returns.
+:func:`render_outputs` returns (document.pdf comes from
+:func:`~ocrstream.processors.searchable_pdf.source_searchable_pdf`, which needs the source).
 
 Status: ``completed`` when every page is ``ok`` or ``empty``; ``failed`` when none is;
 ``partial`` otherwise — pages that ``failed`` are listed in ``failed_pages``, pages that never
@@ -28,7 +29,6 @@ from ocrstream.processors.layout.blocks import Block
 from ocrstream.processors.layout.markdown import MarkdownPage, render_markdown
 from ocrstream.processors.ocr.types import Line, PageOCR
 from ocrstream.processors.regions import Field
-from ocrstream.processors.searchable_pdf import ImageSource, build_searchable_pdf
 
 log = logging.getLogger(__name__)
 
@@ -340,22 +340,12 @@ def _error(
 # -- outputs --------------------------------------------------------------------------------
 
 
-def searchable_pdf(doc: AssembledDocument, get_image: ImageSource) -> bytes:
-    """document.pdf: every page 1..page_count, its image fetched lazily through ``get_image``."""
-    by_no = {page.page_no: page.ocr for page in doc.pages}
-    return build_searchable_pdf(doc.page_count, by_no, get_image, title=doc.doc_id)
-
-
 def render_outputs(
-    doc: AssembledDocument,
-    get_image: ImageSource | None = None,
-    outputs: Iterable[str] = ("json", "txt", "pdf"),
+    doc: AssembledDocument, outputs: Iterable[str] = ("json", "txt")
 ) -> dict[str, bytes]:
-    """The requested outputs by name (``json``, ``txt``, ``pdf``, ``md``; see
-    :data:`OUTPUT_FILES`).
-
-    ``pdf`` needs ``get_image``; without it, or for a document with no page, it is skipped.
-    """
+    """The requested text outputs by name (``json``, ``txt``, ``md``; see :data:`OUTPUT_FILES`).
+    ``pdf`` needs the source file and is made by
+    :func:`~ocrstream.processors.searchable_pdf.source_searchable_pdf`; it is ignored here."""
     wanted = set(outputs)
     out: dict[str, bytes] = {}
     if "json" in wanted:
@@ -364,6 +354,4 @@ def render_outputs(
         out["txt"] = doc.text().encode()
     if "md" in wanted:
         out["md"] = doc.markdown().encode()
-    if "pdf" in wanted and get_image is not None and doc.page_count > 0:
-        out["pdf"] = searchable_pdf(doc, get_image)
     return out

@@ -64,7 +64,7 @@ def build(
 ) -> dict[str, tuple[bytes, str]]:
     """The requested outputs as (bytes, content type); the PDF only when ``source`` is set."""
     wanted = [f for f in formats if f in CONTENT_TYPES]
-    rendered = render_outputs(doc, None, [f for f in wanted if f != "pdf"])
+    rendered = render_outputs(doc, [f for f in wanted if f != "pdf"])
     if "pdf" in wanted and source is not None and doc.page_count > 0:
         rendered["pdf"] = source_searchable_pdf(
             source,

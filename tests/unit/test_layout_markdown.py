@@ -124,7 +124,7 @@ def test_document_md_has_one_marker_per_page_and_text_mode_pages_as_lines() -> N
     )  # fmt: skip
     plain = PageOCR(600, 800, (_line("first row", 10), _line("second row", 40)))
     doc = assemble("d1", 3, {1: layout, 2: plain})
-    md = render_outputs(doc, None, ["md"])["md"].decode()
+    md = render_outputs(doc, ["md"])["md"].decode()
     assert md == (
         "<!-- page 1 -->\n\n# Title\n\nBody\n\n"
         "<!-- page 2 -->\n\nfirst row\nsecond row\n\n"
