@@ -510,15 +510,59 @@ def available(engine: str) -> bool:
     return shutil.which("tesseract") is not None
 
 
+#: Instruction-set extensions that decide CPU inference speed, as /proc/cpuinfo names them.
+_ISA = (
+    ("avx512f", "AVX-512"),
+    ("avx512_vnni", "VNNI"),
+    ("avx_vnni", "AVX-VNNI"),
+    ("avx512_bf16", "BF16"),
+    ("amx_tile", "AMX"),
+)
+
+
+def describe_cpu(cpuinfo: str) -> str:
+    """The CPU as every result should name it: the model name, and where a VM hides it
+    ("AMD EPYC"), its vendor, family and model and the extensions that set the speed:
+    ``AMD EPYC (AuthenticAMD family 26 model 2: AVX-512, VNNI, BF16)``."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:
+                break  # the first processor is enough
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set(fields.get("flags", fields.get("Features", "")).split())
+    isa = [label for flag, label in _ISA if flag in flags]
+    if not isa and "avx2" in flags:
+        isa = ["AVX2"]
+    vendor = fields.get("vendor_id", "")
+    family, model = fields.get("cpu family"), fields.get("model")
+    detail = " ".join(
+        part
+        for part in (
+            vendor,
+            f"family {family}" if family else "",
+            f"model {model}" if model else "",
+        )
+        if part
+    )
+    if isa:
+        detail = f"{detail}: {', '.join(isa)}" if detail else ", ".join(isa)
+    return f"{name} ({detail})" if detail else name
+
+
 def machine() -> dict[str, Any]:
     import psutil
 
-    from ocrstream.processors.ocr.backends.choice import cpu_identity
-
-    cpu = cpu_identity()[0]  # the model name in /proc/cpuinfo, as auto's choice is keyed by
-
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpuinfo = f.read()
+    except OSError:
+        cpuinfo = ""
     info: dict[str, Any] = {
-        "cpu": cpu,
+        "cpu": describe_cpu(cpuinfo),
         "cores": os.cpu_count(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "python": sys.version.split()[0],

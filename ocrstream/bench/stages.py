@@ -51,9 +51,9 @@ class StageRow:
 
 
 def cpu_name() -> str:
-    from ocrstream.processors.ocr.backends.choice import cpu_identity
+    from ocrstream.bench.engine import machine
 
-    return cpu_identity()[0]
+    return str(machine()["cpu"])
 
 
 def measure(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from ocrstream.bench.datasets import Sample, render_a4_page
 from ocrstream.bench.engine import (
     BenchConfig,
     EngineRun,
+    describe_cpu,
     faster_paddle_lines,
     format_table,
     machine,
@@ -349,3 +351,51 @@ def test_a_killed_bench_leaves_no_engine_child_running(tmp_path: Path) -> None:
         for pid in children:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+ZEN3 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx avx2 fma
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: something else
+"""
+SAPPHIRE = """vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: avx2 avx512f avx512_vnni avx_vnni avx512_bf16 amx_tile amx_bf16
+"""
+GRAVITON = """processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics
+CPU implementer\t: 0x41
+"""
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "expected"),
+    [
+        (ZEN3, "AMD EPYC (AuthenticAMD family 25 model 1: AVX2)"),
+        (
+            SAPPHIRE,
+            "Intel(R) Xeon(R) Platinum 8480+ (GenuineIntel family 6 model 143: AVX-512, VNNI, "
+            "AVX-VNNI, BF16, AMX)",
+        ),
+    ],
+)
+def test_every_result_names_the_cpu_even_where_a_vm_hides_its_model(
+    cpuinfo: str, expected: str
+) -> None:
+    """A VM's "AMD EPYC" says neither the generation nor the extensions that set the speed
+    (Zen 3: AVX2 only; Zen 4 and 5: AVX-512 with VNNI and BF16): results carry both."""
+    assert describe_cpu(cpuinfo) == expected
+
+
+def test_a_cpu_without_a_model_name_is_named_by_the_platform() -> None:
+    assert describe_cpu(GRAVITON) in {platform.processor(), platform.machine()}
+    assert describe_cpu("")
