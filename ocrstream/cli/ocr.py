@@ -215,7 +215,8 @@ def ocr(
         )
         if value is not None
     }
-    if "OCRSTREAM_OCR_DET_WARMUP" not in os.environ and _one_page(files):
+    limits = LimitsSettings()  # the splitter's: for the split, the probe and the PDF alike
+    if "OCRSTREAM_OCR_DET_WARMUP" not in os.environ and _one_page(files, limits):
         overrides["det_warmup"] = False  # one page: the warm-up is all cost (see _one_page)
     try:
         settings = OcrSettings(**overrides)
@@ -226,10 +227,10 @@ def ocr(
     if output is not None:
         output.mkdir(parents=True, exist_ok=True)
     docs = [_Doc(path, doc_id) for path, doc_id in zip(files, _doc_ids(files), strict=True)]
-    writer = _Writer(engine.info, fmt, output, several=len(docs) > 1, dpi=dpi)
+    writer = _Writer(engine.info, fmt, output, several=len(docs) > 1, dpi=dpi, limits=limits)
     failed = 0
     try:
-        run = _run(engine, docs, LimitsSettings(), dpi, skip_text, max(1, batch), mode, regions)
+        run = _run(engine, docs, limits, dpi, skip_text, max(1, batch), mode, regions)
         for doc in run:
             writer.write(doc)
             if doc.status == "failed":
@@ -247,7 +248,7 @@ def ocr(
         sys.exit(1)
 
 
-def _one_page(files: Sequence[Path]) -> bool:
+def _one_page(files: Sequence[Path], limits: LimitsSettings) -> bool:
     """Whether the run reads a single page. The det warm-up (one pass at the budget's largest
     shape, ~0.2 s) then costs more than it saves; on more pages it can save seconds (15
     receipts in one PDF: 5.6-5.9 s with it, 6.4-7.2 s without), so it stays."""
@@ -256,7 +257,7 @@ def _one_page(files: Sequence[Path]) -> bool:
     if len(files) != 1:
         return False
     try:
-        return probe(files[0], None, LimitsSettings()) <= 1
+        return probe(files[0], None, limits) <= 1
     except (OcrstreamError, OSError):
         return True  # it will fail as the run reads it
 
@@ -385,13 +386,20 @@ def _split(
 
 class _Writer:
     def __init__(
-        self, engine: EngineInfo, fmt: str, output: Path | None, several: bool, dpi: int = 300
+        self,
+        engine: EngineInfo,
+        fmt: str,
+        output: Path | None,
+        several: bool,
+        dpi: int,
+        limits: LimitsSettings,
     ) -> None:
         self.engine = engine
         self.fmt = fmt
         self.output = output
         self.several = several
         self.dpi = dpi
+        self.limits = limits
 
     def write(self, doc: _Doc) -> None:
         if self.fmt == "pdf":
@@ -419,8 +427,8 @@ class _Writer:
                         (self.output / folder / crop.removeprefix("figures/")).write_bytes(data)
 
     def _pdf(self, doc: _Doc) -> None:
-        """The searchable PDF (the splitter's limits and this run's DPI, as the pages were
-        split); a document that failed entirely has none."""
+        """The searchable PDF (the limits and DPI the pages were split with); a document that
+        failed entirely has none."""
         from ocrstream.processors.searchable_pdf import source_searchable_pdf
 
         if doc.status == "failed" and doc.page_count == 0:
@@ -431,7 +439,7 @@ class _Writer:
             doc.pages,
             own_text=doc.own_text,
             dpi=self.dpi,
-            limits=LimitsSettings(),
+            limits=self.limits,
             title=doc.doc_id,
         )
         if self.output is None:
