@@ -10,6 +10,7 @@ long integration tests.
 from __future__ import annotations
 
 import importlib.abc
+import importlib.util
 import re
 import sys
 import uuid
@@ -18,11 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
+
 # PyMuPDF as ocrstream's processes import it (without its layout add-on, whose import loads
 # ONNX models and leaves onnxruntime threads pinned to a core: the tests that look at OpenVINO's
-# thread affinity would see them), whichever test imports ``pymupdf`` first.
-import ocrstream.processors.mupdf  # noqa: F401
-from ocrstream.settings import KafkaSettings, S3Settings, ServicesSettings
+# thread affinity would see them), whichever test imports ``pymupdf`` first. The GPU machine
+# (scripts/gpu_check.sh) has no PyMuPDF: its backend tests need none.
+if importlib.util.find_spec("pymupdf") is not None:
+    import ocrstream.processors.mupdf  # noqa: F401
 
 if TYPE_CHECKING:
     from ocrstream.storage import ObjectStore

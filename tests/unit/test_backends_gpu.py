@@ -71,7 +71,6 @@ def _model_dir() -> Path | None:
 
 def _tiny_same_upper_model(stride: int = 1, weights_as_constant: bool = False):
     """Conv 2x2 (SAME_UPPER) -> Relu -> MaxPool 2x2 (SAME_UPPER), like PP-OCRv6's stem."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -101,9 +100,7 @@ def _tiny_same_upper_model(stride: int = 1, weights_as_constant: bool = False):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=inits,
     )
-    return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=onnx.IR_VERSION
-    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=8)
 
 
 def _ort(model_bytes: bytes, x: np.ndarray) -> np.ndarray:
@@ -594,8 +591,12 @@ def test_nvjpeg_decode_matches_host_decode() -> None:
 
     from ocrstream.bench.device_pipeline import decode_images
 
+    # 4:4:4: with 4:2:0 chroma, nvjpeg and libjpeg-turbo upsample differently, and on this
+    # noise image that alone made them differ by 12.6 levels on average (the H200, session
+    # 24); at full chroma resolution only the IDCTs' rounding is left to differ.
     img = (np.random.default_rng(7).random((64, 96, 3)) * 255).astype(np.uint8)
-    jpg = bytes(cv2.imencode(".jpg", img)[1])
+    params = [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444]
+    jpg = bytes(cv2.imencode(".jpg", img, params)[1])
     gpu = decode_images([jpg, jpg], device="cuda")
     cpu = decode_images([jpg], device="cpu")[0]
     assert gpu[0].device.type == "cuda"
