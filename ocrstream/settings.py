@@ -11,7 +11,7 @@ import os
 import socket
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_serializer
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -220,8 +220,16 @@ class OcrSettings(BaseSettings):
     # lines as fast either way.
     rec_batch: int | None = Field(default=None, ge=1)
     # Summed width in pixels of the lines in one rec batch; None: 4096 on the CPU (wider
-    # batches were no faster there and each 20k px costs ~450 MB per stream), 20480 on a GPU.
+    # batches were no faster there and each 20k px costs ~450 MB per stream), 65536 on a GPU.
     rec_batch_width: int | None = None
+    # The input shapes of rec batches. "exact": each line's width rounded up to 32 px, each
+    # batch as many lines as share that width (the CPU's: no padding to compute). "ladder":
+    # widths padded up to rec.WIDTH_LADDER's 17 steps and a batch's lines up to a power of
+    # two, so a worker meets a few dozen shapes however its pages vary. On the H200 the exact
+    # shapes made 53 rec runs of 53 new shapes for 4 A4 pages, and each new shape cost cuDNN
+    # seconds of plan building: rec took 0.7 s a page warm and 12 s cold (docs/benchmarks.md,
+    # session 24). None: exact on the CPU, ladder on a GPU.
+    rec_shapes: Literal["exact", "ladder"] | None = None
     rec_height: int = 48
     # Line crops for rec: this share of the det box's height taller above and below, unless
     # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is;
@@ -270,7 +278,11 @@ class OcrSettings(BaseSettings):
 
     @property
     def rec_batch_pixels(self) -> int:
-        return max(32, self.rec_batch_width or (4096 if self.on_cpu else 20480))
+        return max(32, self.rec_batch_width or (4096 if self.on_cpu else 65536))
+
+    @property
+    def rec_shape_ladder(self) -> bool:
+        return (self.rec_shapes or ("exact" if self.on_cpu else "ladder")) == "ladder"
 
 
 class ServicesSettings(BaseSettings):

@@ -290,15 +290,17 @@ def crop_lines(
 
 
 def rec_batch(
-    crops: Sequence[torch.Tensor], width: int | None = None, dtype: Any = None
+    crops: Sequence[torch.Tensor], width: int | None = None, dtype: Any = None, rows: int = 0
 ) -> torch.Tensor:
-    """Right-pad normalised crops (``3xHxw``) with zeros into one ``Nx3xHxW`` batch."""
+    """Right-pad normalised crops (``3xHxw``) with zeros into one ``Nx3xHxW`` batch; ``rows``
+    > N adds blank rows below (rec.batch_rows)."""
     torch = _torch()
     if not crops:
         raise ValueError("rec_batch needs at least one crop")
     w = max(width or 0, max(int(c.shape[-1]) for c in crops))
     h = int(crops[0].shape[1])
-    batch = torch.zeros((len(crops), 3, h, w), dtype=dtype or torch.float32, device=crops[0].device)
+    n = max(len(crops), rows)
+    batch = torch.zeros((n, 3, h, w), dtype=dtype or torch.float32, device=crops[0].device)
     for i, c in enumerate(crops):
         batch[i, :, :, : c.shape[-1]] = c
     return batch
@@ -445,7 +447,9 @@ class DevicePipeline:
         widths = [rec_mod.bucket_width(int(c.shape[-1]), r) for c in crops]
         for idx in rec_mod.plan_batches(widths, self.rec_batch, r):
             t = time.perf_counter()
-            probs = self.rec.run_torch(rec_batch([crops[k] for k in idx], widths[idx[0]]))
+            rows = rec_mod.batch_rows(len(idx), self.rec_batch, r)
+            batch = rec_batch([crops[k] for k in idx], widths[idx[0]], rows=rows)
+            probs = self.rec.run_torch(batch)[: len(idx)]
             decoded = rec_mod.ctc_greedy(ctc_best(probs), self.charset, r.space_min)
             share = (time.perf_counter() - t) * 1000 / len(idx) + crop_share
             for j, k in enumerate(idx):

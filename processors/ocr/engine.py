@@ -506,9 +506,13 @@ class OcrEngine:
         streams = 1 if self._pool is None else int(getattr(self._rec, "concurrency", 1))
         batches = rec_mod.plan_streams(widths, self.settings.rec_batch_lines, params, streams)
 
+        max_lines = self.settings.rec_batch_lines
+
         def run(idx: list[int]) -> list[tuple[str, float]]:
-            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params)
-            return rec_mod.ctc_greedy(self._rec.run(batch), self._charset, params.space_min)
+            rows = rec_mod.batch_rows(len(idx), max_lines, params)
+            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, rows)
+            probs = self._rec.run(batch)[: len(idx)]
+            return rec_mod.ctc_greedy(probs, self._charset, params.space_min)
 
         if self._pool is not None and len(batches) > 1:
             results = list(self._pool.map(run, batches))

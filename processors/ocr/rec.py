@@ -10,6 +10,7 @@ batch, so a line reads the same alone or among others, and padding stays small.
 
 from __future__ import annotations
 
+import bisect
 import math
 import unicodedata
 from collections import defaultdict
@@ -31,6 +32,12 @@ ImageBGR = npt.NDArray[np.uint8]
 FloatArray = npt.NDArray[np.float32]
 
 
+# The widths a GPU's rec batches are padded to (RecParams.ladder): multiples of 32, then
+# RecParams.max_width (3200). A line is padded to at most 4/3 of its width (3/2 under 128 px)
+# and a worker meets 17 widths, not the exact bucketing's 99.
+WIDTH_LADDER = (64, 96, 128, 160, 192, 256, 320, 384, 480, 608, 768, 960, 1216, 1536, 1920, 2400)
+
+
 @dataclass(frozen=True, slots=True)
 class RecParams:
     height: int = 48
@@ -47,6 +54,10 @@ class RecParams:
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
     space_min: float = 0.1
+    # Shapes for a GPU (settings.OcrSettings.rec_shapes): widths padded up to WIDTH_LADDER
+    # (then max_width) and a batch's lines up to a power of two (batch_rows), so that cuDNN
+    # builds its plans for a few dozen shapes once, not for every new (lines, width).
+    ladder: bool = False
 
     @classmethod
     def from_settings(cls, settings: OcrSettings, model_margin: float) -> RecParams:
@@ -58,6 +69,7 @@ class RecParams:
             max_batch_width=settings.rec_batch_pixels,
             crop_margin=model_margin if margin is None else margin,
             space_min=settings.rec_space_min,
+            ladder=settings.rec_shape_ladder,
         )
 
 
@@ -68,8 +80,27 @@ def resized_width(crop_h: int, crop_w: int, params: RecParams) -> int:
 
 
 def bucket_width(width: int, params: RecParams) -> int:
+    """The batch width of a line ``width`` px wide: rounded up to ``width_step``, or with
+    ``ladder`` to the next step of WIDTH_LADDER; within ``min_width`` and ``max_width``."""
+    width = max(params.min_width, width)
+    if params.ladder:
+        step = bisect.bisect_left(WIDTH_LADDER, width)
+        return (
+            min(params.max_width, WIDTH_LADDER[step])
+            if step < len(WIDTH_LADDER)
+            else (params.max_width)
+        )
     step = params.width_step
-    return int(min(params.max_width, max(params.min_width, math.ceil(width / step) * step)))
+    return int(min(params.max_width, math.ceil(width / step) * step))
+
+
+def batch_rows(lines: int, max_lines: int, params: RecParams) -> int:
+    """Rows of a batch of ``lines`` lines: as many, or with ``ladder`` the next power of two
+    (at most ``max_lines``, at least ``lines``). The extra rows are blank and their output
+    is not read."""
+    if not params.ladder or lines <= 1:
+        return lines
+    return max(lines, min(max_lines, 1 << (lines - 1).bit_length()))
 
 
 def resize_line(crop: ImageBGR, params: RecParams) -> ImageBGR:
@@ -84,10 +115,12 @@ def resize_line(crop: ImageBGR, params: RecParams) -> ImageBGR:
     return cv2.resize(crop, (rw, params.height), interpolation=cv2.INTER_AREA)  # type: ignore[return-value]
 
 
-def batch_tensor(lines: Sequence[ImageBGR], width: int, params: RecParams) -> FloatArray:
+def batch_tensor(
+    lines: Sequence[ImageBGR], width: int, params: RecParams, rows: int | None = None
+) -> FloatArray:
     """Lines already at the model's height as an N×3×H×width batch: (x/255 - 0.5) / 0.5,
-    zero (grey) padding on the right."""
-    batch = np.zeros((len(lines), 3, params.height, width), np.float32)
+    zero (grey) padding on the right; ``rows`` > N adds blank rows below (batch_rows)."""
+    batch = np.zeros((max(len(lines), rows or 0), 3, params.height, width), np.float32)
     for j, line in enumerate(lines):
         w = min(width, line.shape[1])
         chw = line[:, :w].transpose(2, 0, 1)

@@ -83,9 +83,12 @@ class LineRescue:
         lines = [rec_mod.resize_line(crop, self.params) for crop in crops]
         widths = [rec_mod.bucket_width(line.shape[1], self.params) for line in lines]
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
-        for idx in rec_mod.plan_batches(widths, self.settings.rec_batch_lines, self.params):
-            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], self.params)
-            decoded = rec_mod.ctc_greedy(self._rec.run(batch), self._charset, self.params.space_min)
+        max_lines = self.settings.rec_batch_lines
+        for idx in rec_mod.plan_batches(widths, max_lines, self.params):
+            rows = rec_mod.batch_rows(len(idx), max_lines, self.params)
+            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], self.params, rows)
+            probs = self._rec.run(batch)[: len(idx)]
+            decoded = rec_mod.ctc_greedy(probs, self._charset, self.params.space_min)
             for i, result in zip(idx, decoded, strict=True):
                 out[i] = result
         return out

@@ -222,7 +222,8 @@ def rendered_page() -> bytes:
 @needs_torch
 @pytest.mark.slow
 def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
-    """onnxruntime and torch (CPU, fp32), and the device pipeline on CPU, read the same."""
+    """onnxruntime and torch (CPU, fp32), and the device pipeline on CPU, read the same; so do
+    torch and the device pipeline with a GPU's batching (rec_shapes=ladder, 64 lines)."""
     from ocrstream.bench.device_pipeline import DevicePipeline
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.settings import OcrSettings
@@ -230,12 +231,16 @@ def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
     ort_page = OcrEngine(
         OcrSettings(backend="onnxruntime", threads=2, model_dir=_model_dir())
     ).recognize([rendered_page])[0]
-    torch_engine = OcrEngine(OcrSettings(backend="torch", threads=2, model_dir=_model_dir()))
-    torch_page = torch_engine.recognize([rendered_page])[0]
-    device_page = DevicePipeline.from_engine(torch_engine).recognize([rendered_page])[0]
     texts = [ln.text for ln in ort_page.lines]
-    assert texts == [ln.text for ln in torch_page.lines]
-    assert texts == [ln.text for ln in device_page.lines]
+    for gpu_shapes in ({}, {"rec_shapes": "ladder", "rec_batch": 64}):
+        torch_engine = OcrEngine(
+            OcrSettings(backend="torch", threads=2, model_dir=_model_dir(), **gpu_shapes)
+        )
+        assert torch_engine.rec_params.ladder is bool(gpu_shapes)
+        torch_page = torch_engine.recognize([rendered_page])[0]
+        device_page = DevicePipeline.from_engine(torch_engine).recognize([rendered_page])[0]
+        assert texts == [ln.text for ln in torch_page.lines]
+        assert texts == [ln.text for ln in device_page.lines]
     joined = " ".join(texts)
     for word in ("Invoice", "4711", "1,234.56", "thirty"):
         assert word in joined

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from ocrstream.processors.ocr.models import charset_from_lines
 from ocrstream.processors.ocr.rec import (
+    WIDTH_LADDER,
     RecParams,
+    batch_rows,
     batch_tensor,
     bucket_width,
     ctc_greedy,
@@ -115,6 +119,27 @@ def test_bucket_widths_and_batches_bound_padding_and_memory():
     for b in batches:
         assert len({widths[i] for i in b}) == 1
         assert len(b) * widths[b[0]] <= max(params.max_batch_width, widths[b[0]])
+
+
+def test_ladder_widths_bound_padding_and_shapes():
+    """A GPU's widths: every line width lands on one of 17 widths, no narrower than the line
+    and at most a third wider (half, under 128 px; min_width aside); rows go up to a power of
+    two within the batch limit. The exact bucketing (the CPU's) keeps 32 px steps and the
+    lines' count."""
+    ladder, exact = RecParams(ladder=True), RecParams()
+    got = {w: bucket_width(w, ladder) for w in range(1, 3400)}
+    assert len(set(got.values())) == 17
+    assert set(got.values()) == {*WIDTH_LADDER, ladder.max_width}
+    for w, b in got.items():
+        assert b >= min(w, ladder.max_width)
+        assert b <= max(ladder.min_width, math.ceil(w * (4 / 3 if w >= 128 else 3 / 2)))
+    assert len({bucket_width(w, exact) for w in range(1, 3400)}) == 99
+    assert [batch_rows(n, 64, ladder) for n in (1, 2, 3, 5, 8, 33, 64)] == [1, 2, 4, 8, 8, 64, 64]
+    assert batch_rows(40, 48, ladder) == 48  # the batch limit caps the padding
+    assert [batch_rows(n, 64, exact) for n in (1, 3, 33)] == [1, 3, 33]
+    t = batch_tensor([np.zeros((48, 40, 3), np.uint8)] * 3, 64, ladder, rows=4)
+    assert t.shape == (4, 3, 48, 64)
+    assert not t[3].any()
 
 
 def test_batch_tensor_normalises_and_pads_with_zero():

@@ -117,7 +117,9 @@ def test_batch_sizes_follow_the_device_unless_set(monkeypatch: pytest.MonkeyPatc
     per lines x width); GPU: wide batches; an explicit setting wins on either."""
     cpu, gpu = OcrSettings(), OcrSettings(device="cuda:0")
     assert (cpu.det_batch_size, cpu.rec_batch_lines, cpu.rec_batch_pixels) == (1, 1, 4096)
-    assert (gpu.det_batch_size, gpu.rec_batch_lines, gpu.rec_batch_pixels) == (4, 64, 20480)
+    assert (gpu.det_batch_size, gpu.rec_batch_lines, gpu.rec_batch_pixels) == (4, 64, 65536)
+    assert (cpu.rec_shape_ladder, gpu.rec_shape_ladder) == (False, True)
+    assert OcrSettings(device="cuda", rec_shapes="exact").rec_shape_ladder is False
     monkeypatch.setenv("OCRSTREAM_OCR_DET_BATCH", "8")
     monkeypatch.setenv("OCRSTREAM_OCR_REC_BATCH", "16")
     monkeypatch.setenv("OCRSTREAM_OCR_REC_BATCH_WIDTH", "8192")
@@ -173,6 +175,31 @@ def test_a_line_reads_the_same_alone_or_in_a_batch_of_its_width():
                                                            "Change due 3.10"]  # fmt: skip
     for (_, a), (_, b) in zip(one, many, strict=True):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_ladder_shapes_read_the_same_in_fewer_shapes():
+    """rec_shapes=ladder (a GPU's default), run here on the CPU: three lines padded into one
+    batch of 256 px with a blank fourth row, the others to ladder widths, read the same text
+    as the exact shapes, and the blank row's output is not read as a line."""
+    words = (("Total", 200), ("12.50", 230), ("Cash", 250), ("Due", 300), ("Change 3.10", 400))
+    lines = []
+    for word, width in words:
+        line = np.full((48, width, 3), 255, np.uint8)
+        cv2.putText(line, word, (4, 36), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (0, 0, 0), 2)
+        lines.append(line)
+    exact = OcrEngine(OcrSettings(backend="onnxruntime", rec_batch=8, rec_shapes="exact"))
+    ladder = OcrEngine(OcrSettings(backend="onnxruntime", rec_batch=8, rec_shapes="ladder"))
+    try:
+        one, one_seen = _recorded(exact, lines)
+        many, many_seen = _recorded(ladder, lines)
+    finally:
+        exact.close()
+        ladder.close()
+    assert sorted(w for *_, w in one_seen) == [224, 256, 320, 416]  # 32 px steps
+    assert sorted(many_seen) == [(1, 3, 48, 320), (1, 3, 48, 480), (4, 3, 48, 256)]
+    assert [t for t, _ in many] == [t for t, _ in one] == [w for w, _ in words]
+    for (_, a), (_, b) in zip(one, many, strict=True):
+        assert a == pytest.approx(b, abs=0.02)
 
 
 def test_engine_uses_the_settings_batch_width(ocr_engine: OcrEngine):
