@@ -129,6 +129,39 @@ def test_same_upper_and_constant_weights_convert_exactly(tmp_path: Path, as_cons
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_identities_are_dropped_before_conversion_and_the_answers_kept() -> None:
+    """onnx2torch turns each Identity into a copy at every run (a kernel launch each on a
+    GPU): prepare_onnx rewires their readers, except where an Identity gives a graph output;
+    onnxruntime answers the same before and after. Needs onnx and onnxruntime only."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ocrstream.processors.ocr.backends.torch_backend import prepare_onnx
+
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3, 1, 1), "w")
+    nodes = [
+        helper.make_node("Identity", ["w"], ["w1"]),
+        helper.make_node("Identity", ["w1"], ["w2"]),  # a chain: both go
+        helper.make_node("Conv", ["x", "w2"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node("Identity", ["c"], ["y"]),  # the graph's output: stays
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ids",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=8)
+    prepared = prepare_onnx(model)
+    assert [n.op_type for n in prepared.graph.node] == ["Conv", "Identity"]
+    assert list(prepared.graph.node[0].input) == ["x", "w"]
+    assert [n.op_type for n in model.graph.node].count("Identity") == 3  # the input untouched
+    x = np.random.default_rng(3).random((1, 3, 4, 5), dtype=np.float32)
+    np.testing.assert_array_equal(
+        _ort(prepared.SerializeToString(), x), _ort(model.SerializeToString(), x)
+    )
+
+
 @needs_torch
 def test_size_dependent_same_padding_is_refused_by_name(tmp_path: Path) -> None:
     from ocrstream.processors.ocr.backends.torch_backend import convert

@@ -128,8 +128,26 @@ def prepare_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
         kept.append(node)
         _explicit_same_padding(node, helper)
     del graph.node[:]
-    graph.node.extend(kept)
+    graph.node.extend(_without_identities(kept, {o.name for o in graph.output}))
     return out
+
+
+def _without_identities(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """``nodes`` with each Identity dropped and its readers reading its input. onnx2torch makes
+    every Identity a copy at each run: ~140 of them in PP-OCRv6 small's rec and det, mostly
+    of weights, each a kernel launch on a GPU. An Identity that gives a graph output stays."""
+    alias: dict[str, str] = {}
+    kept = []
+    for node in nodes:
+        if node.op_type == "Identity" and len(node.input) == 1 and node.output[0] not in outputs:
+            alias[node.output[0]] = alias.get(node.input[0], node.input[0])
+            continue
+        kept.append(node)
+    for node in kept:
+        for i, name in enumerate(node.input):
+            if name in alias:
+                node.input[i] = alias[name]
+    return kept
 
 
 def _explicit_same_padding(node: onnx.NodeProto, helper: Any) -> None:
