@@ -230,6 +230,10 @@ class OcrSettings(BaseSettings):
     # seconds of plan building: rec took 0.7 s a page warm and 12 s cold (docs/benchmarks.md,
     # session 24). None: exact on the CPU, ladder on a GPU.
     rec_shapes: Literal["exact", "ladder"] | None = None
+    # GPU, torch backend: rec replays each input shape it has met twice as one CUDA graph
+    # (one launch instead of ~500 kernels and Python calls a run; at most 32 shapes, each
+    # holding its own activations). Pairs with rec_shapes=ladder. Off until measured on a GPU.
+    cuda_graphs: bool = False
     rec_height: int = 48
     # Line crops for rec: this share of the det box's height taller above and below, unless
     # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is;

@@ -621,6 +621,45 @@ def test_torch_cuda_matches_onnxruntime_text(rendered_page: bytes) -> None:
         assert [ln.text for ln in device.lines] == want
 
 
+def test_cuda_graphs_are_asked_for_rec_on_a_gpu_only() -> None:
+    from ocrstream.processors.ocr.backends import det_options, rec_options
+    from ocrstream.settings import OcrSettings
+
+    gpu = OcrSettings(device="cuda", cuda_graphs=True)
+    assert rec_options(gpu).cuda_graphs
+    assert not det_options(gpu).cuda_graphs  # det runs once a batch of pages: no need
+    assert not rec_options(OcrSettings(device="cuda")).cuda_graphs  # off unless asked
+    assert not rec_options(OcrSettings(device="cpu", cuda_graphs=True)).cuda_graphs
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_torch
+def test_cuda_graph_replays_match_eager_runs() -> None:
+    """A rec shape met twice is captured and replayed: the same outputs as the eager module,
+    for new inputs of that shape too; a shape met once stays eager."""
+    import torch
+
+    from ocrstream.processors.ocr.backends.torch_backend import TorchBackend
+
+    path = _models().rec_path
+    eager = TorchBackend().load(path, "rec", SessionOptions(device="cuda", precision="fp16"))
+    graphed = TorchBackend().load(
+        path, "rec", SessionOptions(device="cuda", precision="fp16", cuda_graphs=True)
+    )
+    assert graphed._graphs is not None
+    rng = np.random.default_rng(5)
+    for i in range(4):
+        x = rng.random((4, 3, 48, 320), dtype=np.float32) * 2 - 1
+        got, want = graphed.run(x), eager.run(x)
+        np.testing.assert_allclose(got, want, atol=2e-2)
+        assert (got.argmax(-1) == want.argmax(-1)).mean() > 0.99, i
+    graphed.run(rng.random((2, 3, 48, 160), dtype=np.float32))
+    assert graphed._graphs.enabled
+    assert len(graphed._graphs._graphs) == 1
+    torch.cuda.synchronize()
+
+
 @pytest.mark.gpu
 @needs_cuda
 @needs_torch

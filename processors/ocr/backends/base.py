@@ -34,6 +34,9 @@ class SessionOptions:
     max_shape: tuple[int, int, int, int] | None = None
     cache_dir: Path | None = None
     compile: bool = False  # torch: wrap the converted module in torch.compile (GPU workers)
+    # torch on CUDA: replay each input shape met twice as one CUDA graph (up to
+    # torch_backend.MAX_GRAPHS shapes); settings.OcrSettings.cuda_graphs, for rec only.
+    cuda_graphs: bool = False
     # CPU backends: how many ``run`` calls may go at once, each on threads // streams threads.
     # A session that allows it says so in its ``concurrency`` attribute (default 1).
     streams: int = 1

@@ -13,8 +13,10 @@ the PaddleOCR exports stop it, and :func:`prepare_onnx` rewrites them first, in 
 Running. On CUDA the module runs in the settings' precision (fp16 or bf16), channels_last
 for det, under ``torch.inference_mode`` on a CUDA stream of its own; outputs come back as
 float32. ``torch.compile`` is used when ``SessionOptions.compile`` is set (the first batch of
-each new shape then compiles, so it pays only for long-running workers). On CPU it always runs
-in fp32: that is the parity configuration the tests compare with onnxruntime.
+each new shape then compiles, so it pays only for long-running workers). With
+``SessionOptions.cuda_graphs`` (rec, ``OCRSTREAM_OCR_CUDA_GRAPHS``) each input shape met twice
+is replayed as one CUDA graph (:class:`_CudaGraphs`). On CPU it always runs in fp32: that is
+the parity configuration the tests compare with onnxruntime.
 
 Two ways in:
 
@@ -230,6 +232,9 @@ class TorchSession:
             module = torch.compile(module, dynamic=True)
         self._module = module
         self._stream = torch.cuda.Stream(device=self.device) if self.device != "cpu" else None
+        self._graphs: _CudaGraphs | None = None
+        if options.cuda_graphs and self.device != "cpu" and not options.compile:
+            self._graphs = _CudaGraphs(torch, self._call, kind)
         log.info(
             "torch %s session on %s (%s)%s",
             kind,
@@ -269,10 +274,63 @@ class TorchSession:
         memory_format = torch.channels_last if self._channels_last else torch.contiguous_format
         x = batch.to(device=self.device, dtype=self.dtype, non_blocking=True)
         x = x.contiguous(memory_format=memory_format)
+        if self._graphs is not None:
+            return self._graphs.run(x)
+        return self._call(x)
+
+    def _call(self, x: torch.Tensor) -> torch.Tensor:
         out = self._module(x)
         if isinstance(out, (list, tuple)):
             out = out[0]
         return out.float()
+
+
+# Shapes one session keeps as CUDA graphs: each holds its own memory pool (graphs replayed in
+# any order must not share one), sized by that shape's activations.
+MAX_GRAPHS = 32
+
+
+class _CudaGraphs:
+    """A session's forward pass captured as one CUDA graph per input shape (torch.cuda.
+    CUDAGraph): a replay launches the whole graph at once, where an eager run of the
+    onnx2torch module makes ~500 Python calls and kernel launches. A shape is captured the
+    second time it is met (a shape met once costs no graph memory), up to MAX_GRAPHS; other
+    shapes run eagerly. A capture that fails (an operation that syncs with the host) turns
+    graphs off for the session, with a warning, and the run goes on eagerly."""
+
+    def __init__(self, torch: Any, call: Any, kind: str) -> None:
+        self._torch, self._call, self._kind = torch, call, kind
+        self._seen: set[tuple[Any, ...]] = set()
+        self._graphs: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
+        self.enabled = True
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        key = (tuple(x.shape), x.dtype, x.stride())
+        entry = self._graphs.get(key)
+        if entry is not None:
+            graph, static_in, static_out = entry
+            static_in.copy_(x)
+            graph.replay()
+            return static_out.clone()
+        if not self.enabled or key not in self._seen or len(self._graphs) >= MAX_GRAPHS:
+            self._seen.add(key)
+            return self._call(x)
+        return self._capture(key, x)
+
+    def _capture(self, key: tuple[Any, ...], x: torch.Tensor) -> torch.Tensor:
+        torch = self._torch
+        static_in = x.clone()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                static_out = self._call(static_in)
+        except RuntimeError as e:  # e.g. "operation not permitted when stream is capturing"
+            log.warning("CUDA graphs off for this %s session: capture failed: %s", self._kind, e)
+            self.enabled = False
+            return self._call(x)
+        self._graphs[key] = (graph, static_in, static_out)
+        graph.replay()  # the capture recorded the work without doing it
+        return static_out.clone()
 
 
 class TorchBackend:
