@@ -203,6 +203,59 @@ def test_real_models_torch_matches_onnxruntime_on_cpu(kind: ModelKind) -> None:
         assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
+def _set_buffer(module, target: str, value) -> None:
+    owner_name, _, attr = target.rpartition(".")
+    (module.get_submodule(owner_name) if owner_name else module)._buffers[attr] = value
+
+
+@needs_torch
+@pytest.mark.parametrize("kind", ["det", "rec"])
+def test_shape_arithmetic_needs_no_device_data(kind: ModelKind) -> None:
+    """On a GPU, each read of device data in a run waits for every kernel queued before it.
+    With the data on PyTorch's meta device, which holds no values, det and rec run through
+    once their shape constants and Shape ops are on the host: a run reads no device data.
+    As converted, they do read it."""
+    import torch
+
+    from ocrstream.processors.ocr.backends.torch_backend import (
+        convert,
+        host_constants,
+        shape_ops_on_host,
+    )
+
+    models = _models()
+    path = models.det_path if kind == "det" else models.rec_path
+    shape = (2, 3, 96, 128) if kind == "det" else (3, 3, 48, 160)
+    module = convert(path)
+    names = host_constants(module)
+    assert names
+    values = {name: module.get_buffer(name).clone() for name in names}
+    module = module.to("meta")
+    for name, value in values.items():
+        _set_buffer(module, name, value)
+    shape_ops_on_host(module)
+    with torch.inference_mode():
+        out = module(torch.empty(shape, device="meta"))
+        assert out.device.type == "meta"
+        with pytest.raises((NotImplementedError, RuntimeError)):
+            convert(path).to("meta")(torch.empty(shape, device="meta"))
+
+
+@needs_torch
+def test_shapes_on_host_keep_the_answers() -> None:
+    import torch
+
+    from ocrstream.processors.ocr.backends.torch_backend import convert, shapes_on_host
+
+    rec = _models().rec_path
+    x = torch.rand(2, 3, 48, 224) * 2 - 1
+    with torch.inference_mode():
+        want = convert(rec)(x)
+        module = convert(rec)
+        assert shapes_on_host(module) > 10
+        torch.testing.assert_close(module(x), want)
+
+
 @needs_torch
 def test_half_precision_graphs_run_and_agree_on_the_argmax() -> None:
     """The dtype path the GPU uses (fp16/bf16), exercised on the CPU."""

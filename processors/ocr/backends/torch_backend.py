@@ -134,6 +134,74 @@ def prepare_onnx(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
+# onnx2torch modules that read these inputs' values in Python (as ints and lists), all but
+# the first (the data): slice bounds, target shapes, resize scales and sizes, axes.
+_HOST_ARGS = frozenset({
+    "OnnxResize", "OnnxSlice", "OnnxReshape", "OnnxExpand", "OnnxTile", "OnnxConstantOfShape",
+    "OnnxRange", "OnnxPadDynamic", "OnnxUnsqueezeDynamicAxes", "OnnxSqueezeDynamicAxes",
+    "OnnxSplit", "OnnxSplit13",
+})  # fmt: skip
+
+
+def shapes_on_host(module: torch.nn.Module) -> int:
+    """Keep a converted module's shape arithmetic on the host; returns how many constants
+    moved there. onnx2torch reads slice bounds, reshape targets and resize scales in Python,
+    and its Shape makes a tensor on the input's device: on a GPU each of those is a copy to
+    or from the device that waits for every kernel queued before it. PP-OCRv6 small's rec
+    has ~40 such reads a run. Here the constants of :func:`host_constants` move to the host
+    and Shape answers there (:func:`shape_ops_on_host`); the data stays on the device.
+    ``tests/unit/test_backends_gpu.py`` runs det and rec so with their data on PyTorch's
+    ``meta`` device, which holds no values: any read of device data would fail there."""
+    names = host_constants(module)
+    for target in names:
+        owner, attr = _owner(module, target)
+        owner._buffers[attr] = owner._buffers[attr].cpu()
+    shape_ops_on_host(module)
+    return len(names)
+
+
+def host_constants(module: torch.nn.Module) -> list[str]:
+    """The module's constants (buffers) that belong on the host: the integer ones (shapes,
+    indices, axes) and those read only as the non-data arguments of :data:`_HOST_ARGS`."""
+    names = []
+    for node in module.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        owner, attr = _owner(module, str(node.target))
+        value = owner._buffers.get(attr)
+        if value is None:
+            continue
+        as_args = all(
+            use.op == "call_module"
+            and type(module.get_submodule(use.target)).__name__ in _HOST_ARGS
+            and node not in use.args[:1]
+            for use in node.users
+        )
+        if as_args or not value.is_floating_point():
+            names.append(str(node.target))
+    return names
+
+
+def shape_ops_on_host(module: torch.nn.Module) -> None:
+    """Each OnnxShape of the module answers with a host tensor."""
+    import types
+
+    for sub in module.modules():
+        if type(sub).__name__ == "OnnxShape":
+            sub.forward = types.MethodType(_host_shape, sub)
+
+
+def _owner(module: torch.nn.Module, target: str) -> tuple[torch.nn.Module, str]:
+    owner_name, _, attr = target.rpartition(".")
+    return (module.get_submodule(owner_name) if owner_name else module), attr
+
+
+def _host_shape(self: Any, input_tensor: torch.Tensor) -> torch.Tensor:
+    """OnnxShape's answer as a host tensor: the sizes are known without touching the data."""
+    torch = _import_torch()
+    return torch.tensor(input_tensor.shape[self._start : self._end], dtype=torch.int64)
+
+
 def _without_identities(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
     """``nodes`` with each Identity dropped and its readers reading its input. onnx2torch makes
     every Identity a copy at each run: ~140 of them in PP-OCRv6 small's rec and det, mostly
@@ -228,6 +296,7 @@ class TorchSession:
             # Shapes are bucketed by the engine, so cuDNN's autotuner meets few distinct
             # shapes and pays for itself after the first batch of each.
             torch.backends.cudnn.benchmark = True
+            module = self._with_shapes_on_host(module, model_path, options)
         if options.compile:
             module = torch.compile(module, dynamic=True)
         self._module = module
@@ -242,6 +311,30 @@ class TorchSession:
             str(self.dtype).removeprefix("torch."),
             " compiled" if options.compile else "",
         )
+
+    def _with_shapes_on_host(
+        self, module: torch.nn.Module, model_path: Path, options: SessionOptions
+    ) -> torch.nn.Module:
+        """``module`` with its shape arithmetic on the host (:func:`shapes_on_host`), checked
+        by one run on a small input; if that run fails (a model whose integer constants
+        also meet device data), the module as converted, all on the device."""
+        torch = self._torch
+        moved = shapes_on_host(module)
+        if not moved:
+            return module
+        n, c, h, w = options.min_shape or options.opt_shape or (1, 3, 64, 64)
+        probe = torch.zeros((n, c, max(h, 32), max(w, 32)), device=self.device, dtype=self.dtype)
+        try:
+            with torch.inference_mode():
+                module(probe)
+        except RuntimeError as e:
+            log.warning("%s: shape constants stay on the device: %s", model_path.name, e)
+            module = convert(model_path).to(device=self.device, dtype=self.dtype)
+            if self._channels_last:
+                module = module.to(memory_format=torch.channels_last)
+            return module
+        log.debug("%s: %d shape constants and Shape ops on the host", model_path.name, moved)
+        return module
 
     def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """The InferSession contract: numpy NCHW float32 in, first output float32 out."""
