@@ -54,7 +54,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -645,8 +645,11 @@ def bench(
     engines: Sequence[str],
     tesseract_processes: int | None = None,
     rounds: int = 1,
+    on_dataset: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every available engine on every dataset; the JSON-ready report.
+    """Run every available engine on every dataset; the JSON-ready report. ``on_dataset``
+    gets the report so far after each dataset (the CLI writes it out, so a run stopped
+    part-way still leaves the datasets it finished).
 
     ``rounds`` > 1 runs every engine that many times per dataset, each time in fresh
     processes, the engines' order reversed every other round (A B C, C B A, …), so that a
@@ -698,6 +701,8 @@ def bench(
             "runs": [r.to_dict() for r in runs],
             "table": format_table(name, runs),
         }
+        if on_dataset is not None:
+            on_dataset(report)
     return report
 
 

@@ -254,14 +254,26 @@ def engine(
             sets.update(all_devsets(devsets, devset_pages, split))
         except MissingRequirement as e:
             raise click.UsageError(str(e)) from e
+    command = _command_line(click.get_current_context())
+
+    def partial(report: dict[str, Any]) -> None:
+        """The datasets done so far, marked incomplete, so that a run stopped part-way (a
+        time limit on a lent machine) still leaves them."""
+        click.echo(report["datasets"][next(reversed(report["datasets"]))]["table"], err=True)
+        if json_out is not None:
+            write_json({**report, "command": command, "complete": False}, json_out)
+
     try:
-        report = run_bench(sets if steady else {}, cfg, chosen, tesseract_processes, rounds)
+        report = run_bench(
+            sets if steady else {}, cfg, chosen, tesseract_processes, rounds, on_dataset=partial
+        )
         if whole_process:
             report["whole_process"] = _whole(sets, cfg, names, whole_pages, repeats)
     finally:
         if tmp is not None:
             tmp.cleanup()
-    report["command"] = _command_line(click.get_current_context())
+    report["command"] = command
+    report["complete"] = True
     host = report["machine"]
     click.echo(f"machine: {host['cpu']}, {host['cores']} cores, {host['memory_gb']} GB"
                + (f", {host['gpu']}" if host.get("gpu") else ""))  # fmt: skip

@@ -162,6 +162,40 @@ def test_bench_engine_command_on_synthetic_pages(tmp_path: Path) -> None:
     assert run["peak_rss_mb"] > 50
     assert report["machine"]["cores"] >= 1
     assert report["command"].startswith("ocrstream bench engine")
+    assert report["complete"] is True
+
+
+def test_each_finished_dataset_is_reported_before_the_next_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped part-way (a lent machine's time limit) still leaves the datasets it
+    finished: the CLI writes the report after each, marked incomplete."""
+    import ocrstream.bench.engine as be
+    from ocrstream.cli import main
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "p.png").write_bytes(b"")
+    seen: list[list[str]] = []
+    out = tmp_path / "bench.json"
+
+    def fake_run(engine: str, cfg: BenchConfig, samples: list, processes: int) -> object:
+        if out.exists():  # the JSON of the datasets before this one is already there
+            seen.append(list(json.loads(out.read_text())["datasets"]))
+        if samples[0].path.parent.name == "b":
+            raise KeyboardInterrupt  # stopped during the second dataset
+        return EngineRun(engine=engine, setup="x", pages=1, wall_s=1.0), {}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    args = ["bench", "engine", "--dataset", str(tmp_path / "a"), "--dataset", str(tmp_path / "b")]
+    result = CliRunner().invoke(main, [*args, "--engines", "ocrstream", "--json", str(out)])
+    assert result.exit_code != 0
+    assert seen == [["a"]]
+    report = json.loads(out.read_text())
+    assert report["complete"] is False
+    assert list(report["datasets"]) == ["a"]
+    assert report["datasets"]["a"]["runs"][0]["pages_per_s"] == 1.0
 
 
 def test_bench_group_lists_engine_and_the_pipeline_slot() -> None:
