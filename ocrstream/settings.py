@@ -230,6 +230,12 @@ class OcrSettings(BaseSettings):
     # seconds of plan building: rec took 0.7 s a page warm and 12 s cold (docs/benchmarks.md,
     # session 24). None: exact on the CPU, ladder on a GPU.
     rec_shapes: Literal["exact", "ladder"] | None = None
+    # The input shapes of det batches. "exact": each page at its own size (rounded to 32 px),
+    # a batch per size. "ladder": each side padded with white up to det.SIDE_LADDER's 16
+    # steps, so pages of nearby sizes share a batch and a worker meets at most 256 shapes.
+    # None: exact on the CPU, ladder on a GPU (where each new shape cost ~0.5 s a page of
+    # cuDNN plan building on the H200, session 24).
+    det_shapes: Literal["exact", "ladder"] | None = None
     # GPU, torch backend: rec replays each input shape it has met twice as one CUDA graph
     # (one launch instead of ~500 kernels and Python calls a run; at most 32 shapes, each
     # holding its own activations). Pairs with rec_shapes=ladder. Off until measured on a GPU.
@@ -283,6 +289,10 @@ class OcrSettings(BaseSettings):
     @property
     def rec_batch_pixels(self) -> int:
         return max(32, self.rec_batch_width or (4096 if self.on_cpu else 65536))
+
+    @property
+    def det_shape_ladder(self) -> bool:
+        return (self.det_shapes or ("exact" if self.on_cpu else "ladder")) == "ladder"
 
     @property
     def rec_shape_ladder(self) -> bool:

@@ -18,6 +18,7 @@ each contour's minimum-area rectangle, score it by the mean probability inside i
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections import defaultdict
@@ -60,6 +61,30 @@ class DetParams:
     dilate: bool = False
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    # A GPU's shapes (settings.OcrSettings.det_shapes): each page's input padded with white up
+    # to SIDE_LADDER on each side (padded_shape), so that pages of nearby sizes share a batch
+    # and cuDNN builds plans for a few hundred shapes at most, not for every 32-px step.
+    ladder: bool = False
+
+
+# Sides a GPU's det inputs are padded up to (DetParams.ladder): at most a quarter more past
+# 1,024 px, 128 px below; 16 sides, so at most 256 shapes.
+SIDE_LADDER = (128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072,
+               3584, 4096)  # fmt: skip
+
+
+def padded_shape(shape: tuple[int, int], params: DetParams) -> tuple[int, int]:
+    """The input shape a page resized to ``shape`` is run at: ``shape`` itself, or with
+    ``ladder`` each side padded up to SIDE_LADDER (a side past its end keeps its size)."""
+    if not params.ladder:
+        return shape
+    h, w = shape
+    return _ladder_side(h), _ladder_side(w)
+
+
+def _ladder_side(side: int) -> int:
+    step = bisect.bisect_left(SIDE_LADDER, side)
+    return SIDE_LADDER[step] if step < len(SIDE_LADDER) else side
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +179,14 @@ def normalise(
     tables = _tables(params.mean, params.std)
     if out is None:
         out = np.empty((3, rh, rw), np.float32)
+    padded = out.shape[1:] != (rh, rw)  # a slot of padded_shape: white around the page
+    page = np.empty((3, rh, rw), np.float32) if padded else out
     for c, plane in enumerate(cv2.split(resized)):
-        cv2.LUT(plane, tables[c], dst=out[c])
+        cv2.LUT(plane, tables[c], dst=page[c])
+    if padded:
+        for c in range(3):
+            out[c] = tables[c][255, 0]
+        out[:, :rh, :rw] = page
     return out
 
 
@@ -195,9 +226,16 @@ def sigmoid(logits: FloatArray) -> FloatArray:
 
 
 def boxes_from_map(
-    prob: FloatArray, page_height: int, page_width: int, params: DetParams
+    prob: FloatArray,
+    page_height: int,
+    page_width: int,
+    params: DetParams,
+    shape: tuple[int, int] | None = None,
 ) -> list[Box]:
-    """DB post-processing of one probability map (H×W) into boxes in page pixels."""
+    """DB post-processing of one probability map (H×W) into boxes in page pixels; ``shape``:
+    the page's part of a padded map (padded_shape), the whole map if None."""
+    if shape is not None:
+        prob = prob[: shape[0], : shape[1]]
     map_h, map_w = prob.shape
     bitmap: npt.NDArray[np.uint8] = (prob > params.thresh).astype(np.uint8)
     if params.dilate:

@@ -160,6 +160,7 @@ class OcrEngine:
             else settings.det_max_line_height,
             mean=self.models.det_mean,
             std=self.models.det_std,
+            ladder=settings.det_shape_ladder,
         )
         self.rec_params = rec_params or rec_mod.RecParams.from_settings(
             settings, self.models.rec_crop_margin
@@ -554,11 +555,12 @@ class OcrEngine:
         # k-1's probability maps into boxes and prepares batch k+1 (resize, normalise), so
         # the core that inference leaves idle between runs does the Python work.
         pending: tuple[Future[tuple[FloatArray, float]], list[int]] | None = None
-        for shape, idx in det_mod.plan_batches(shapes, self.settings.det_batch_size):
+        padded = [det_mod.padded_shape(shape, params) for shape in shapes]  # a GPU's ladder
+        for shape, idx in det_mod.plan_batches(padded, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.empty((len(idx), 3, *shape), np.float32)
             for slot, i in enumerate(idx):  # straight into the batch: no stacking copy
-                det_mod.normalise(images[i], shape, params, out=batch[slot])
+                det_mod.normalise(images[i], shapes[i], params, out=batch[slot])
             prep_share = (time.perf_counter() - start) * 1000 / len(idx)
             for i in idx:
                 pages[i].ms["det"] += prep_share
@@ -569,10 +571,10 @@ class OcrEngine:
                 done.set_result(self._timed_det(batch))
                 running = (done, idx)
             if pending is not None:
-                self._det_boxes(pages, images, *pending)
+                self._det_boxes(pages, images, *pending, shapes)
             pending = running
         if pending is not None:
-            self._det_boxes(pages, images, *pending)
+            self._det_boxes(pages, images, *pending, shapes)
 
     def _timed_det(self, batch: FloatArray) -> tuple[FloatArray, float]:
         start = time.perf_counter()
@@ -585,9 +587,11 @@ class OcrEngine:
         images: list[ImageBGR],
         run: Future[tuple[FloatArray, float]],
         idx: list[int],
+        shapes: list[tuple[int, int]],
     ) -> None:
         """One det batch's maps as each page's boxes in reading order (its time: inference,
-        shared by its pages, and each page's own post-processing)."""
+        shared by its pages, and each page's own post-processing); ``shapes``: each page's
+        part of its map (padded on a GPU, det.padded_shape)."""
         params = self.det_params
         probs, infer_ms = run.result()
         infer_share = infer_ms / len(idx)
@@ -596,7 +600,7 @@ class OcrEngine:
             page = pages[i]
             h, w = images[i].shape[:2]
             prob = det_mod.sigmoid(probs[j, 0]) if self._det_logits else probs[j, 0]
-            boxes = det_mod.boxes_from_map(prob, h, w, params)
+            boxes = det_mod.boxes_from_map(prob, h, w, params, shapes[i])
             order = reading_order([b.quad for b in boxes])
             page.boxes = [boxes[k] for k in order]
             page.ms["det"] += infer_share + (time.perf_counter() - t) * 1000
@@ -741,7 +745,7 @@ def _gather_fields(
 def _det_key(params: det_mod.DetParams) -> str:
     """``repr(params)`` without the options added since the page cache began that are off (so
     that an engine that does not use them keeps its fingerprint and its cached pages)."""
-    added = ("max_line_height",)
+    added = ("max_line_height", "ladder")
     fields = [
         f"{f.name}={getattr(params, f.name)!r}"
         for f in dataclasses.fields(params)

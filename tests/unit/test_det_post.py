@@ -9,10 +9,12 @@ import pytest
 from ocrstream.processors.ocr.det import (
     MIN_SHRINK,
     SHRINK_STEPS,
+    SIDE_LADDER,
     DetParams,
     boxes_from_map,
     det_shape,
     normalise,
+    padded_shape,
     plan_batches,
     shrink_step,
     sigmoid,
@@ -153,6 +155,43 @@ def test_det_input_is_the_page_normalised_by_the_models_mean_and_std(shape: tupl
     assert (got.shape, got.dtype) == ((3, *shape), np.float32)
     assert got.flags.c_contiguous
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_ladder_pads_each_side_by_at_most_a_quarter_into_few_shapes():
+    """A GPU's det inputs: every det shape (multiples of 32 up to 4096 a side) is padded to
+    one of at most 256 shapes, each side no smaller and at most 128 px or a quarter larger;
+    the CPU's exact shapes stay as they are."""
+    ladder = DetParams(ladder=True)
+    sides = range(32, 4097, 32)
+    got = {s: padded_shape((s, s), ladder)[0] for s in sides}
+    assert set(got.values()) <= set(SIDE_LADDER)
+    for side, padded in got.items():
+        assert side <= padded <= max(side + 128, side * 5 // 4), side
+    assert len({padded_shape((h, w), ladder) for h in sides for w in sides}) <= 256
+    assert padded_shape((1600, 1152), ladder) == (1792, 1280)
+    assert padded_shape((1600, 1152), DetParams()) == (1600, 1152)
+    assert padded_shape((4160, 96), ladder) == (4160, 128)  # past the ladder: as it is
+
+
+def test_a_padded_slot_holds_the_page_then_white():
+    rng = np.random.default_rng(4)
+    page = rng.integers(0, 256, (70, 50, 3), dtype=np.uint8)
+    params = DetParams(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    alone = normalise(page, (64, 32), params)
+    slot = np.full((3, 128, 128), np.nan, np.float32)
+    normalise(page, (64, 32), params, out=slot)
+    np.testing.assert_array_equal(slot[:, :64, :32], alone)
+    white = normalise(np.full((1, 1, 3), 255, np.uint8), (32, 32), params)[:, 0, 0]
+    for c in range(3):
+        assert (slot[c, 64:, :] == white[c]).all()
+        assert (slot[c, :, 32:] == white[c]).all()
+
+
+def test_boxes_come_from_the_pages_part_of_a_padded_map():
+    prob = _map(128, 128, [(10, 10, 40, 20), (80, 90, 120, 100)])  # the second in padding
+    boxes = boxes_from_map(prob, 64, 64, DetParams(), shape=(64, 64))
+    assert len(boxes) == 1
+    assert boxes[0].quad[:, 0].max() < 45
 
 
 def test_a_grey_page_is_normalised_as_its_grey_in_every_channel():

@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 import pytest
 
+from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr.engine import OcrEngine
 from ocrstream.processors.ocr.models import MODEL_SETS, load_model_set
 from ocrstream.settings import OcrSettings
@@ -119,6 +120,7 @@ def test_batch_sizes_follow_the_device_unless_set(monkeypatch: pytest.MonkeyPatc
     assert (cpu.det_batch_size, cpu.rec_batch_lines, cpu.rec_batch_pixels) == (1, 1, 4096)
     assert (gpu.det_batch_size, gpu.rec_batch_lines, gpu.rec_batch_pixels) == (4, 64, 65536)
     assert (cpu.rec_shape_ladder, gpu.rec_shape_ladder) == (False, True)
+    assert (cpu.det_shape_ladder, gpu.det_shape_ladder) == (False, True)
     assert OcrSettings(device="cuda", rec_shapes="exact").rec_shape_ladder is False
     monkeypatch.setenv("OCRSTREAM_OCR_DET_BATCH", "8")
     monkeypatch.setenv("OCRSTREAM_OCR_REC_BATCH", "16")
@@ -200,6 +202,27 @@ def test_ladder_shapes_read_the_same_in_fewer_shapes():
     assert [t for t, _ in many] == [t for t, _ in one] == [w for w, _ in words]
     for (_, a), (_, b) in zip(one, many, strict=True):
         assert a == pytest.approx(b, abs=0.02)
+
+
+def test_a_page_reads_the_same_padded_to_the_det_ladder(ocr_engine: OcrEngine, scanned: bytes):
+    """det_shapes=ladder (a GPU's default), here on the CPU: the page is run padded with white
+    and read as at its own size."""
+    (exact,) = ocr_engine.recognize([scanned])
+    ladder = OcrEngine(
+        ocr_engine.settings.model_copy(update={"det_shapes": "ladder"}), models=ocr_engine.models
+    )
+    try:
+        assert ladder.det_params.ladder
+        seen: list[tuple[int, ...]] = []
+        run = ladder._det.run
+        ladder._det.run = lambda batch: (seen.append(batch.shape), run(batch))[1]  # type: ignore[method-assign]
+        (padded,) = ladder.recognize([scanned])
+    finally:
+        ladder.close()
+    shape = det_mod.det_shape(exact.height, exact.width, ocr_engine.det_params)
+    assert seen == [(1, 3, *det_mod.padded_shape(shape, ladder.det_params))]
+    assert seen[0][2:] != shape
+    assert [ln.text for ln in padded.lines] == [ln.text for ln in exact.lines]
 
 
 def test_engine_uses_the_settings_batch_width(ocr_engine: OcrEngine):
@@ -402,6 +425,9 @@ def test_the_det_scaling_cap_off_leaves_the_page_caches_engine_key_as_it_was():
     from ocrstream.processors.ocr.engine import _det_key
 
     off = DetParams()
-    assert _det_key(off) == repr(off).replace("max_line_height=0.0, ", "")
+    before = repr(off).replace("max_line_height=0.0, ", "").replace(", ladder=False", "")
+    assert _det_key(off) == before
     assert "max_line_height" not in _det_key(off)
+    assert "ladder" not in _det_key(off)  # nor does the GPU's det ladder, off on the CPU
     assert "max_line_height=12.0" in _det_key(DetParams(max_line_height=12.0))
+    assert "ladder=True" in _det_key(DetParams(ladder=True))
