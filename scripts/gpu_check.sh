@@ -188,13 +188,14 @@ _t0 = time.perf_counter()
 
 
 def engine(precision, shapes, graphs):
-    """One engine per precision, rec shape rule and CUDA graphs on/off (the onnx2torch
+    """One engine per precision, det and rec shape rule and CUDA graphs on/off (the onnx2torch
     conversion is paid once per engine), batches up to 64 pages and 256 lines."""
     key = (precision, shapes, graphs)
     if key not in _engines:
         _engines[key] = OcrEngine(OcrSettings(
             backend="torch", device=DEVICE, precision=precision, model_dir=models,
-            det_batch=64, rec_batch=256, rec_shapes=shapes, cuda_graphs=graphs))
+            det_batch=64, rec_batch=256, det_shapes=shapes, rec_shapes=shapes,
+            cuda_graphs=graphs))
     return _engines[key]
 
 
