@@ -139,12 +139,14 @@ def det_tensor(
     mean: tuple[float, float, float] = IMAGENET_MEAN,
     std: tuple[float, float, float] = IMAGENET_STD,
     bgr: bool = True,
+    shapes: Sequence[tuple[int, int]] | None = None,
 ) -> torch.Tensor:
     """Pages (uint8 RGB ``3xHxW`` on one device) resized to ``shape`` and normalised, NCHW.
 
-    ``shape`` comes from :func:`ocrstream.processors.ocr.det.det_shape`, and only pages of
-    one shape share a batch, as on the CPU path (no padding, so a page's result does not
-    depend on its neighbours). Downscaling uses antialiased bilinear (the CPU path's
+    ``shape`` comes from :func:`ocrstream.processors.ocr.det.det_shape`. With ``shapes``
+    (each page's own, :func:`~ocrstream.processors.ocr.det.padded_shape` giving ``shape``),
+    each page is resized to its own and padded with white to ``shape``, as the engine does
+    with ``det_shapes=ladder``. Downscaling uses antialiased bilinear (the CPU path's
     INTER_AREA), upscaling plain bilinear (INTER_LINEAR); mean/std apply to BGR/255.
     """
     torch = _torch()
@@ -155,16 +157,19 @@ def det_tensor(
     device = images[0].device
     m, s = _mean_std(mean, std, device)
     batch = torch.empty((len(images), 3, *shape), dtype=torch.float32, device=device)
+    if shapes is not None:
+        batch.copy_(((1.0 - m) / s).expand(len(images), 3, *shape))  # white
     for i, im in enumerate(images):
+        h, w = shapes[i] if shapes is not None else shape
         x = im.unsqueeze(0).float()
         if bgr:
             x = x.flip(1)
-        if tuple(shape) != tuple(im.shape[1:]):
-            shrink = shape[0] * shape[1] < im.shape[1] * im.shape[2]
+        if (h, w) != tuple(im.shape[1:]):
+            shrink = h * w < im.shape[1] * im.shape[2]
             x = F.interpolate(
-                x, size=tuple(shape), mode="bilinear", align_corners=False, antialias=shrink
+                x, size=(h, w), mode="bilinear", align_corners=False, antialias=shrink
             )
-        batch[i] = (x[0] / 255.0 - m) / s
+        batch[i, :, :h, :w] = (x[0] / 255.0 - m) / s
     return batch
 
 
@@ -417,13 +422,16 @@ class DevicePipeline:
         sizes = [(int(im.shape[1]), int(im.shape[2])) for im in images]
         boxes: list[list[Any]] = [[] for _ in range(n)]
         shapes = [det_mod.det_shape(h, w, p) for h, w in sizes]
-        for shape, idx in det_mod.plan_batches(shapes, self.det_batch):
+        padded = [det_mod.padded_shape(shape, p) for shape in shapes]
+        for shape, idx in det_mod.plan_batches(padded, self.det_batch):
             t = time.perf_counter()
-            x = det_tensor([images[i] for i in idx], shape, p.mean, p.std)
+            own = [shapes[i] for i in idx] if p.ladder else None
+            x = det_tensor([images[i] for i in idx], shape, p.mean, p.std, shapes=own)
             maps = prob_map_to_host(self.det.run_torch(x))
 
             def post(j: int, i: int, maps: Any = maps) -> list[Any]:
-                found = det_mod.boxes_from_map(maps[j], sizes[i][0], sizes[i][1], p)
+                h, w = sizes[i]
+                found = det_mod.boxes_from_map(maps[j], h, w, p, shapes[i])
                 return [found[k] for k in reading_order([b.quad for b in found])]
 
             for i, found in zip(idx, self._pool.map(post, range(len(idx)), idx), strict=True):

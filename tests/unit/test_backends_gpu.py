@@ -309,7 +309,8 @@ def rendered_page() -> bytes:
 @pytest.mark.slow
 def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
     """onnxruntime and torch (CPU, fp32), and the device pipeline on CPU, read the same; so do
-    torch and the device pipeline with a GPU's batching (rec_shapes=ladder, 64 lines)."""
+    torch and the device pipeline with a GPU's shapes and batching (det and rec ladders, 64
+    lines)."""
     from ocrstream.bench.device_pipeline import DevicePipeline
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.settings import OcrSettings
@@ -318,11 +319,11 @@ def test_backend_parity_on_a_rendered_page(rendered_page: bytes) -> None:
         OcrSettings(backend="onnxruntime", threads=2, model_dir=_model_dir())
     ).recognize([rendered_page])[0]
     texts = [ln.text for ln in ort_page.lines]
-    for gpu_shapes in ({}, {"rec_shapes": "ladder", "rec_batch": 64}):
+    for gpu_shapes in ({}, {"det_shapes": "ladder", "rec_shapes": "ladder", "rec_batch": 64}):
         torch_engine = OcrEngine(
             OcrSettings(backend="torch", threads=2, model_dir=_model_dir(), **gpu_shapes)
         )
-        assert torch_engine.rec_params.ladder is bool(gpu_shapes)
+        assert torch_engine.rec_params.ladder is torch_engine.det_params.ladder is bool(gpu_shapes)
         torch_page = torch_engine.recognize([rendered_page])[0]
         device_page = DevicePipeline.from_engine(torch_engine).recognize([rendered_page])[0]
         assert texts == [ln.text for ln in torch_page.lines]
@@ -389,6 +390,18 @@ def test_det_tensor_matches_the_cpu_normalisation() -> None:
     got = dp.det_tensor([dp.from_numpy(img, "cpu")], shape, params.mean, params.std)[0].numpy()
     assert got.shape == want.shape
     assert np.abs(got - want).mean() < 0.02
+    # padded to the GPU's ladder: the page in its corner, white around it, as on the host
+    ladder = det_mod.DetParams(ladder=True)
+    big = det_mod.padded_shape(shape, ladder)
+    assert big != shape
+    slot = np.empty((3, *big), np.float32)
+    want = det_mod.normalise(img, shape, ladder, out=slot)
+    got = dp.det_tensor([dp.from_numpy(img, "cpu")], big, params.mean, params.std, shapes=[shape])[
+        0
+    ].numpy()
+    assert got.shape == want.shape
+    assert np.abs(got - want).mean() < 0.02
+    np.testing.assert_allclose(got[:, shape[0] :, :], want[:, shape[0] :, :], atol=1e-6)
 
 
 @needs_torch
