@@ -510,8 +510,7 @@ class OcrEngine:
         max_lines = self.settings.rec_batch_lines
 
         def run(idx: list[int]) -> list[tuple[str, float]]:
-            rows = rec_mod.batch_rows(len(idx), max_lines, params)
-            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, rows)
+            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
             probs = self._rec.run(batch)[: len(idx)]
             return rec_mod.ctc_greedy(probs, self._charset, params.space_min)
 

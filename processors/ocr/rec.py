@@ -116,11 +116,13 @@ def resize_line(crop: ImageBGR, params: RecParams) -> ImageBGR:
 
 
 def batch_tensor(
-    lines: Sequence[ImageBGR], width: int, params: RecParams, rows: int | None = None
+    lines: Sequence[ImageBGR], width: int, params: RecParams, max_lines: int | None = None
 ) -> FloatArray:
     """Lines already at the model's height as an N×3×H×width batch: (x/255 - 0.5) / 0.5,
-    zero (grey) padding on the right; ``rows`` > N adds blank rows below (batch_rows)."""
-    batch = np.zeros((max(len(lines), rows or 0), 3, params.height, width), np.float32)
+    zero (grey) padding on the right; with ``max_lines`` (the batch limit) and ``ladder``,
+    blank rows below up to :func:`batch_rows`' count, whose output the caller does not read."""
+    rows = batch_rows(len(lines), max_lines, params) if max_lines else len(lines)
+    batch = np.zeros((rows, 3, params.height, width), np.float32)
     for j, line in enumerate(lines):
         w = min(width, line.shape[1])
         chw = line[:, :w].transpose(2, 0, 1)

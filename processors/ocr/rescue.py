@@ -85,8 +85,8 @@ class LineRescue:
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
         max_lines = self.settings.rec_batch_lines
         for idx in rec_mod.plan_batches(widths, max_lines, self.params):
-            rows = rec_mod.batch_rows(len(idx), max_lines, self.params)
-            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], self.params, rows)
+            chosen = [lines[i] for i in idx]
+            batch = rec_mod.batch_tensor(chosen, widths[idx[0]], self.params, max_lines)
             probs = self._rec.run(batch)[: len(idx)]
             decoded = rec_mod.ctc_greedy(probs, self._charset, self.params.space_min)
             for i, result in zip(idx, decoded, strict=True):

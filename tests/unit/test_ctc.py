@@ -137,7 +137,7 @@ def test_ladder_widths_bound_padding_and_shapes():
     assert [batch_rows(n, 64, ladder) for n in (1, 2, 3, 5, 8, 33, 64)] == [1, 2, 4, 8, 8, 64, 64]
     assert batch_rows(40, 48, ladder) == 48  # the batch limit caps the padding
     assert [batch_rows(n, 64, exact) for n in (1, 3, 33)] == [1, 3, 33]
-    t = batch_tensor([np.zeros((48, 40, 3), np.uint8)] * 3, 64, ladder, rows=4)
+    t = batch_tensor([np.zeros((48, 40, 3), np.uint8)] * 3, 64, ladder, max_lines=64)
     assert t.shape == (4, 3, 48, 64)
     assert not t[3].any()
 

@@ -262,13 +262,11 @@ def rec_options(
 
     params = params or RecParams(height=settings.rec_height)
     h, n, width = params.height, settings.rec_batch_lines, params.max_width
-    options = session_options(
+    return session_options(
         settings,
         min_shape=(1, 3, h, 32),
         opt_shape=(n, 3, h, 640),
         max_shape=(n, 3, h, width),
         streams=streams,
+        cuda_graphs=settings.cuda_graphs and not settings.on_cpu,
     )
-    if settings.cuda_graphs and not settings.on_cpu:
-        options = dataclasses.replace(options, cuda_graphs=True)
-    return options
