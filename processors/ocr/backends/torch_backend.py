@@ -288,10 +288,8 @@ class TorchSession:
         self._torch = torch
         if self.device == "cpu":
             torch.set_num_threads(max(1, options.threads))
-        module = convert(model_path).to(device=self.device, dtype=self.dtype)
         self._channels_last = self.device != "cpu" and kind == "det"
-        if self._channels_last:
-            module = module.to(memory_format=torch.channels_last)
+        module = self._converted(model_path)
         if self.device != "cpu":
             # Shapes are bucketed by the engine, so cuDNN's autotuner meets few distinct
             # shapes and pays for itself after the first batch of each.
@@ -312,6 +310,13 @@ class TorchSession:
             " compiled" if options.compile else "",
         )
 
+    def _converted(self, model_path: Path) -> torch.nn.Module:
+        """The model converted, on this session's device and dtype (channels_last for det)."""
+        module = convert(model_path).to(device=self.device, dtype=self.dtype)
+        if self._channels_last:
+            module = module.to(memory_format=self._torch.channels_last)
+        return module
+
     def _with_shapes_on_host(
         self, module: torch.nn.Module, model_path: Path, options: SessionOptions
     ) -> torch.nn.Module:
@@ -329,10 +334,7 @@ class TorchSession:
                 module(probe)
         except RuntimeError as e:
             log.warning("%s: shape constants stay on the device: %s", model_path.name, e)
-            module = convert(model_path).to(device=self.device, dtype=self.dtype)
-            if self._channels_last:
-                module = module.to(memory_format=torch.channels_last)
-            return module
+            return self._converted(model_path)
         log.debug("%s: %d shape constants and Shape ops on the host", model_path.name, moved)
         return module
 
