@@ -64,7 +64,6 @@ from ocrstream.processors.ocr.backends import (
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.geometry import (
     NEIGHBOUR_OVERLAP,
-    crop_quad,
     grow_for_rec,
     rotate_page,
     rotate_small,
@@ -280,6 +279,9 @@ class OcrEngine:
             "min_confidence": s.min_confidence, "max_page_pixels": s.max_page_pixels,
             "det_params": _det_key(self.det_params), "mode": mode,
             "rec_resize": "area",  # rec lines resized with INTER_AREA (was bilinear)
+            # lines that shrink by up to 2:1 warped straight to rec's height, bilinear
+            # (rec.crop_line; was a bicubic cut, then a resize)
+            "rec_cut": "fused",
             "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
         }  # fmt: skip
         if self.det_params.line_height > 0 or self.det_params.max_line_height > 0:
@@ -614,7 +616,7 @@ class OcrEngine:
         image, params = page.image, self.rec_params
         h, w = image.shape[:2]
         quads = grow_for_rec([box.quad for box in page.boxes], params.crop_margin, w, h)
-        return [rec_mod.resize_line(crop_quad(image, quad), params) for quad in quads]
+        return [rec_mod.crop_line(image, quad, params) for quad in quads]
 
     def _read(self, pages: list[_Page]) -> None:
         owners: list[tuple[int, int]] = []

@@ -36,7 +36,7 @@ from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import CPU_BACKENDS, create, rec_options
 from ocrstream.processors.ocr.backends.base import Backend
-from ocrstream.processors.ocr.geometry import crop_quad, grow_for_rec
+from ocrstream.processors.ocr.geometry import grow_for_rec
 from ocrstream.processors.ocr.models import ctc_best_model, file_digest, load_model_set
 from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
 from ocrstream.processors.page_key import engine_fingerprint
@@ -78,9 +78,9 @@ class LineRescue:
             part["rescue_space_min"] = self.params.space_min
         return part
 
-    def read(self, crops: Sequence[Any]) -> list[tuple[str, float]]:
-        """Text and confidence of line crops (BGR, any size), in their order."""
-        lines = [rec_mod.resize_line(crop, self.params) for crop in crops]
+    def read(self, lines: Sequence[Any]) -> list[tuple[str, float]]:
+        """Text and confidence of lines cut at the model's height (BGR, ``rec.crop_line``),
+        in their order."""
         widths = [rec_mod.bucket_width(line.shape[1], self.params) for line in lines]
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
         max_lines = self.settings.rec_batch_lines
@@ -104,9 +104,9 @@ class LineRescue:
         # grown for rec as the engine grows them, the page's other lines as neighbours
         quads = [np.array(line.polygon, np.float32) for line in page.lines]
         grown = grow_for_rec(quads, self.params.crop_margin, bgr.shape[1], bgr.shape[0])
-        crops = [crop_quad(bgr, grown[i]) for i in weak]
+        cut = [rec_mod.crop_line(bgr, grown[i], self.params) for i in weak]
         lines = list(page.lines)
-        for i, (text, conf) in zip(weak, self.read(crops), strict=True):
+        for i, (text, conf) in zip(weak, self.read(cut), strict=True):
             text = text.strip()
             if text and conf > lines[i].confidence:
                 lines[i] = Line(text=text, confidence=conf, polygon=lines[i].polygon)
