@@ -316,11 +316,12 @@ def rec_batch(
 
 def ctc_best(probs: torch.Tensor) -> npt.NDArray[np.float32]:
     """Per time step the argmax class (as a float), its probability and the last class's (the
-    space): ``NxTxC`` in, ``NxTx3`` out, the layout of the CPU engine's compact rec head."""
-    torch = _torch()
-    values, index = probs.max(dim=-1)
-    best = torch.stack([index.float(), values.float(), probs[..., -1].float()], dim=-1)
-    return best.cpu().numpy()
+    space): ``NxTxC`` in, ``NxTx3`` out on the host, the layout of the CPU engine's compact
+    rec head (:func:`~ocrstream.processors.ocr.backends.torch_backend.ctc_best`, on the
+    device)."""
+    from ocrstream.processors.ocr.backends.torch_backend import ctc_best as on_device
+
+    return on_device(probs).cpu().numpy()
 
 
 # --------------------------------------------------------------------------- pipeline

@@ -329,8 +329,7 @@ class OcrEngine:
 
     def _check_charset(self) -> tuple[str, ...]:
         """Match the dictionary to the rec model's classes (with or without the space)."""
-        probe = np.zeros((1, 3, self.rec_params.height, self.rec_params.min_width), np.float32)
-        classes = self._rec_classes or int(self._rec.run(probe).shape[-1])
+        classes = self._rec_classes or rec_mod.model_classes(self._rec, self.rec_params)
         return rec_mod.match_charset(classes, self.models.charset, self.models.rec_path)
 
     # --- the batch call -------------------------------------------------------------------

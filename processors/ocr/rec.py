@@ -272,6 +272,17 @@ def _restore_spaces(
     return out
 
 
+def model_classes(session: object, params: RecParams) -> int:
+    """How many classes a loaded rec session's model has: its ``classes`` attribute where it
+    says (a session whose output is compacted on the device, ``SessionOptions.ctc_best``),
+    else the last dimension of its output on a blank line."""
+    known = int(getattr(session, "classes", 0) or 0)
+    if known:
+        return known
+    probe = np.zeros((1, 3, params.height, params.min_width), np.float32)
+    return int(session.run(probe).shape[-1])  # type: ignore[attr-defined]
+
+
 def match_charset(classes: int, charset: Sequence[str], model: object) -> tuple[str, ...]:
     """The dictionary matched to a rec model's number of output classes: all of it, or all but
     the space (a model trained without ``use_space_char``); FatalError otherwise."""

@@ -63,8 +63,7 @@ class LineRescue:
                 path, classes = compact
         # one stream: the rescue reads a page's few weak lines in one batch
         self._rec = backend.load(path, "rec", rec_options(settings, self.params, streams=1))
-        probe = np.zeros((1, 3, self.params.height, self.params.min_width), np.float32)
-        classes = classes or int(self._rec.run(probe).shape[-1])
+        classes = classes or rec_mod.model_classes(self._rec, self.params)
         self._charset = rec_mod.match_charset(classes, models.charset, models.rec_path)
 
     def fingerprint_part(self) -> dict[str, object]:

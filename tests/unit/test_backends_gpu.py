@@ -405,6 +405,44 @@ def test_det_tensor_matches_the_cpu_normalisation() -> None:
 
 
 @needs_torch
+def test_a_gpu_rec_session_sends_the_host_three_floats_a_step_and_the_same_text() -> None:
+    """rec on torch (and TensorRT) takes CTC's best class on the device: N x T x 3 cross to
+    the host, not N x T x 18,710 (PP-OCRv6's dictionary), and the text read is the same. The
+    model's class count, which the compact output no longer shows, is the session's."""
+    from ocrstream.processors.ocr.backends import rec_options
+    from ocrstream.processors.ocr.backends.torch_backend import TorchBackend
+    from ocrstream.processors.ocr.rec import RecParams, ctc_greedy, match_charset, model_classes
+    from ocrstream.settings import OcrSettings
+
+    models = _models()
+    options = rec_options(OcrSettings(device="cpu", threads=2))
+    assert options.ctc_best  # the engine asks for it; the CPU backends ignore it
+    compact = TorchBackend().load(models.rec_path, "rec", options)
+    full = TorchBackend().load(models.rec_path, "rec", SessionOptions(threads=2))
+    x = np.random.default_rng(4).random((3, 3, 48, 320), dtype=np.float32) * 2 - 1
+    x[0] = _line_tensor("Total 1,234.56 EUR")
+    got, want = compact.run(x), full.run(x)
+    assert want.shape[-1] > 1000
+    assert got.shape == (*want.shape[:2], 3)
+    np.testing.assert_array_equal(got[..., 0], want.argmax(-1).astype(np.float32))
+    assert model_classes(compact, RecParams()) == want.shape[-1] == model_classes(full, RecParams())
+    charset = match_charset(want.shape[-1], models.charset, models.rec_path)
+    read = ctc_greedy(got, charset, 0.1)
+    assert read == ctc_greedy(want, charset, 0.1)
+    assert read[0][0] == "Total 1,234.56 EUR"
+
+
+def _line_tensor(text: str) -> np.ndarray:
+    """One line of ``text`` (OpenCV's Hershey font: the GPU image has no PyMuPDF) at rec's
+    height, 320 px wide, normalised as rec's batches are."""
+    import cv2
+
+    line = np.full((48, 320, 3), 255, np.uint8)
+    cv2.putText(line, text, (6, 34), cv2.FONT_HERSHEY_SIMPLEX, 0.8, (0, 0, 0), 2, cv2.LINE_AA)
+    return np.ascontiguousarray(line.transpose(2, 0, 1), np.float32) / 127.5 - 1.0
+
+
+@needs_torch
 def test_ctc_on_device_arrays() -> None:
     import torch
 

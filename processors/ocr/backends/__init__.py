@@ -269,4 +269,5 @@ def rec_options(
         max_shape=(n, 3, h, width),
         streams=streams,
         cuda_graphs=settings.cuda_graphs and not settings.on_cpu,
+        ctc_best=True,
     )

@@ -37,6 +37,12 @@ class SessionOptions:
     # torch on CUDA: replay each input shape met twice as one CUDA graph (up to
     # torch_backend.MAX_GRAPHS shapes); settings.OcrSettings.cuda_graphs, for rec only.
     cuda_graphs: bool = False
+    # rec on the torch and TensorRT backends: ``run`` returns per time step the best class
+    # (as a float), its probability and the last class's (N x T x 3, torch_backend.ctc_best),
+    # computed on the device, instead of all C probabilities: 3 floats a step cross to the
+    # host, not PP-OCRv6's 18,710. The CPU backends get the same from the compact rec model
+    # (models.ctc_best_model) and ignore this.
+    ctc_best: bool = False
     # CPU backends: how many ``run`` calls may go at once, each on threads // streams threads.
     # A session that allows it says so in its ``concurrency`` attribute (default 1).
     streams: int = 1

@@ -46,6 +46,7 @@ import numpy.typing as npt
 
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
+from ocrstream.processors.ocr.backends.torch_backend import ctc_best
 
 if TYPE_CHECKING:
     import onnx
@@ -337,6 +338,7 @@ class TensorRTSession:
         torch = _import_torch()
         self._trt, self._torch = trt, torch
         self.kind = kind
+        self._ctc_best = options.ctc_best and kind == "rec"
         if options.device == "cpu":
             raise FatalError(
                 "the tensorrt backend needs a CUDA device (OCRSTREAM_OCR_DEVICE=cuda)",
@@ -387,10 +389,21 @@ class TensorRTSession:
         self._input, self._output = inputs[0], outputs[0]
         self._in_dtype = _torch_dtype(trt, torch, self._engine.get_tensor_dtype(self._input))
         self._out_dtype = _torch_dtype(trt, torch, self._engine.get_tensor_dtype(self._output))
+        # the model's classes, which a compacted output no longer shows (rec.model_classes)
+        self.classes = 0
+        if self._ctc_best:
+            lo = self.profile[0]
+            probe = torch.zeros((1, lo[1], lo[2], lo[3]))
+            self.classes = int(self.run_torch(probe).shape[-1])
 
     def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """numpy NCHW float32 in, the output float32 out (rec with ``ctc_best``: N x T x 3,
+        torch_backend.ctc_best, taken on the GPU)."""
         x = self._torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32)).pin_memory()
-        return np.asarray(self.run_torch(x).cpu().numpy(), dtype=np.float32)
+        y = self.run_torch(x)
+        if self._ctc_best:
+            y = ctc_best(y)
+        return np.asarray(y.cpu().numpy(), dtype=np.float32)
 
     def run_torch(self, batch: torch.Tensor) -> torch.Tensor:
         torch = self._torch

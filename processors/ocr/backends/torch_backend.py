@@ -275,6 +275,17 @@ def convert(model_path: Path) -> torch.nn.Module:
     return module.eval()
 
 
+def ctc_best(probs: torch.Tensor) -> torch.Tensor:
+    """Per time step of a rec output (N x T x C, on its device) the best class as a float,
+    its probability and the last class's (the space): N x T x 3 float32 on the same device,
+    the layout of the CPU's compact rec head (models.ctc_best_model) that rec.ctc_greedy
+    reads. The index is taken before any cast, so it is exact whatever the model's dtype
+    (fp16 holds integers exactly only up to 2,048)."""
+    torch = _import_torch()
+    values, index = probs.max(dim=-1)
+    return torch.stack([index.float(), values.float(), probs[..., -1].float()], dim=-1)
+
+
 class TorchSession:
     """One converted model on one device; see the module docstring."""
 
@@ -298,10 +309,16 @@ class TorchSession:
         if options.compile:
             module = torch.compile(module, dynamic=True)
         self._module = module
+        self._ctc_best = options.ctc_best and kind == "rec"
         self._stream = torch.cuda.Stream(device=self.device) if self.device != "cpu" else None
         self._graphs: _CudaGraphs | None = None
         if options.cuda_graphs and self.device != "cpu" and not options.compile:
             self._graphs = _CudaGraphs(torch, self._call, kind)
+        # the model's classes, which a compacted output no longer shows (rec.model_classes)
+        self.classes = 0
+        if self._ctc_best:
+            probe = torch.zeros((1, 3, options.min_shape[2] if options.min_shape else 48, 64))
+            self.classes = int(self.run_torch(probe).shape[-1])
         log.info(
             "torch %s session on %s (%s)%s",
             kind,
@@ -339,12 +356,16 @@ class TorchSession:
         return module
 
     def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        """The InferSession contract: numpy NCHW float32 in, first output float32 out."""
+        """The InferSession contract: numpy NCHW float32 in, first output float32 out (rec
+        with ``ctc_best``: its :func:`ctc_best`, N x T x 3)."""
         torch = self._torch
         x = torch.from_numpy(np.ascontiguousarray(batch, dtype=np.float32))
         if self.device != "cpu":
             x = x.pin_memory()
         y = self.run_torch(x)
+        if self._ctc_best:
+            with torch.inference_mode():
+                y = ctc_best(y)
         return np.asarray(y.cpu().numpy(), dtype=np.float32)
 
     def run_torch(self, batch: torch.Tensor) -> torch.Tensor:
