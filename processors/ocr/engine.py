@@ -32,7 +32,9 @@ buffers. A lock makes concurrent callers take turns.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -207,6 +209,17 @@ class OcrEngine:
             ThreadPoolExecutor(1, "ocr-det") if settings.device != "cpu" or settings.threads > 1
             else None
         )  # fmt: skip
+        # Per-page host work in threads (OpenCV and libjpeg-turbo release the GIL): pages'
+        # decoding when the engine has more than one thread or a GPU, and on a GPU each det
+        # batch's pages' boxes and crops too, which a one-thread host loop would otherwise
+        # keep the GPU waiting for.
+        host_threads = (
+            min(8, os.cpu_count() or 1) if not settings.on_cpu else max(1, settings.threads)
+        )
+        self._host: ThreadPoolExecutor | None = (
+            ThreadPoolExecutor(host_threads, "ocr-host") if host_threads > 1 else None
+        )
+        self._pages_side_by_side = self._host is not None and not settings.on_cpu
         self._cls: InferSession | None = None
         if settings.use_cls and self.models.cls_path is not None:
             self._cls = self._load(self.models.cls_path, "cls", opt_shape=(64, 3, *CLS_SHAPE))
@@ -308,6 +321,9 @@ class OcrEngine:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._host is not None:
+            self._host.shutdown(wait=True)
+            self._host = None
 
     def _load(self, path: object, kind: str, **shape: object) -> InferSession:
         from pathlib import Path
@@ -386,7 +402,11 @@ class OcrEngine:
         return out
 
     def _recognize(self, images: Sequence[PageInput | LayoutPage | _FieldCrop]) -> list[PageOCR]:
-        pages = [self._decode(img) for img in images]
+        encoded = sum(not isinstance(img, np.ndarray) for img in images)
+        if self._host is not None and encoded > 1:
+            pages = list(self._host.map(self._decode, images))
+        else:
+            pages = [self._decode(img) for img in images]
         live = [p for p in pages if p.image is not None]
         if live:
             if self._orient is not None:
@@ -559,8 +579,14 @@ class OcrEngine:
         for shape, idx in det_mod.plan_batches(padded, self.settings.det_batch_size):
             start = time.perf_counter()
             batch = np.empty((len(idx), 3, *shape), np.float32)
-            for slot, i in enumerate(idx):  # straight into the batch: no stacking copy
-                det_mod.normalise(images[i], shapes[i], params, out=batch[slot])
+            # straight into the batch (no stacking copy); a GPU's pages side by side
+            slots = [batch[slot] for slot in range(len(idx))]
+            if self._host is not None and self._pages_side_by_side and len(idx) > 1:
+                ims, sizes = [images[i] for i in idx], [shapes[i] for i in idx]
+                list(self._host.map(det_mod.normalise, ims, sizes, itertools.repeat(params), slots))
+            else:
+                for i, out in zip(idx, slots, strict=True):
+                    det_mod.normalise(images[i], shapes[i], params, out=out)
             prep_share = (time.perf_counter() - start) * 1000 / len(idx)
             for i in idx:
                 pages[i].ms["det"] += prep_share
@@ -595,7 +621,8 @@ class OcrEngine:
         params = self.det_params
         probs, infer_ms = run.result()
         infer_share = infer_ms / len(idx)
-        for j, i in enumerate(idx):
+
+        def one(j: int, i: int) -> None:
             t = time.perf_counter()
             page = pages[i]
             h, w = images[i].shape[:2]
@@ -608,6 +635,14 @@ class OcrEngine:
                 t = time.perf_counter()
                 page.crops = self._crops(page)
                 page.ms["rec"] += (time.perf_counter() - t) * 1000
+
+        if self._host is not None and self._pages_side_by_side and len(idx) > 1:
+            # on a GPU: the batch's pages side by side (on the CPU the det thread already
+            # overlaps this with the next batch's inference, on the cores the engine has)
+            list(self._host.map(one, range(len(idx)), idx))
+        else:
+            for j, i in enumerate(idx):
+                one(j, i)
 
     def _crops(self, page: _Page) -> list[ImageBGR]:
         """The page's boxes cut out, rectified and resized to rec's height."""

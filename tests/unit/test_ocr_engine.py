@@ -83,11 +83,37 @@ def test_a_one_thread_cpu_engine_reads_on_its_own_thread_and_the_same(
         before = set(threading.enumerate())
         pages = one.recognize([scanned, scanned])
         started = [t.name for t in set(threading.enumerate()) - before]
-        assert not [name for name in started if name.startswith("ocr-det")], started
+        assert not [name for name in started if name.startswith(("ocr-det", "ocr-host"))], started
         (two,) = ocr_engine.recognize([scanned])
         assert [p.text for p in pages] == [two.text, two.text]
     finally:
         one.close()
+
+
+def test_pages_prepared_side_by_side_read_the_same(ocr_engine: OcrEngine, scanned: bytes):
+    """A GPU engine decodes a call's pages, fills its det batches and cuts its pages' lines in
+    threads (the host work the GPU would otherwise wait on): the same lines as one by one.
+    Exercised here on a CPU engine with the GPU's switch turned on."""
+    import threading
+
+    side = OcrEngine(OcrSettings(threads=2, det_batch=4))
+    try:
+        side._pages_side_by_side = True
+        pages = [scanned] + [
+            scan_noise(render_text_page([f"Page {i} of four", "Total 12.50"]), seed=i, quality=90)
+            for i in range(3)
+        ]
+        before = {t.name for t in threading.enumerate()}
+        got = side.recognize(pages)
+        assert any(t.name.startswith("ocr-host") for t in threading.enumerate()), before
+        want = [ocr_engine.recognize([p])[0] for p in pages]
+        for a, b in zip(got, want, strict=True):
+            assert [ln.text for ln in a.lines] == [ln.text for ln in b.lines]
+            for x, y in zip(a.lines, b.lines, strict=True):
+                np.testing.assert_allclose(x.polygon, y.polygon, atol=1.0)
+        assert got[2].text.startswith("Page 1 of four")
+    finally:
+        side.close()
 
 
 def test_blank_undecodable_and_oversized_pages(ocr_engine: OcrEngine, scanned: bytes):
