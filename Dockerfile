@@ -1,6 +1,8 @@
 # The ocrstream agents: `docker run ocrstream:0.1.0 splitter|ocr-worker|assembler|lag-exporter`.
-# `make image` builds it (docker build -t ocrstream:0.1.0 .). CPU inference (onnxruntime, the
-# core dependencies only); the OCR worker on NVIDIA GPUs has its own image: Dockerfile.gpu.
+# `make image` builds it (docker build -t ocrstream:0.1.0 .). CPU inference (onnxruntime and
+# OpenVINO, the core dependencies: `auto` measures which is faster per stage on the node's CPU,
+# and keeps the choice in the engine cache); the OCR worker on NVIDIA GPUs has its own image:
+# Dockerfile.gpu.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -168,7 +168,7 @@ def test_compact_ctc_head_decodes_like_the_full_output(tmp_path, backend_name):
     from ocrstream.processors.ocr.models import ctc_best_model, load_model_set
 
     if backend_name not in _cpu_backends():
-        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
     models = load_model_set("ppocrv6-tiny")
     made = ctc_best_model(models.rec_path, tmp_path, backend_name)
     assert made is not None
@@ -205,7 +205,7 @@ def test_compact_ctc_head_takes_the_first_of_tied_classes(tmp_path, backend_name
     from ocrstream.processors.ocr.models import ctc_best_model
 
     if backend_name not in _cpu_backends():
-        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
     classes = 19_000
     # a stand-in rec model: (N, 3, 48, W) -> logits from a slice of the input -> Softmax
     graph = helper.make_graph(

@@ -244,7 +244,7 @@ def test_det_without_its_sigmoid_gives_the_same_probabilities(tmp_path, backend_
     from tests.fakes.engines import render_text_page
 
     if backend_name not in installed():
-        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
     models = load_model_set(model)
     derived = det_logits_model(models.det_path, tmp_path, backend_name)
     assert derived is not None
@@ -311,7 +311,7 @@ def test_a_folded_db_tail_gives_the_logits_of_the_two_upsamplings(tmp_path, back
     from ocrstream.processors.ocr.models import det_logits_model
 
     if backend_name not in installed():
-        pytest.skip(f"{backend_name} is not installed (pip install 'ocrstream[openvino]')")
+        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
     source = tmp_path / "det.onnx"
     onnx.save(_tail_graph(), str(source))
     derived = det_logits_model(source, tmp_path, backend_name)

@@ -78,9 +78,9 @@ _MODULES: dict[str, tuple[str, str]] = {
     "torch": ("torch_backend", "TorchBackend"),
     "paddle": ("paddle_backend", "PaddleBackend"),
 }
+# the extra each backend's packages come in (OpenVINO and onnxruntime: the core dependencies)
 _EXTRAS = {
     "ort_gpu": "gpu",
-    "openvino": "openvino",
     "tensorrt": "tensorrt",
     "torch": "torch",
     "paddle": "paddle",
@@ -110,7 +110,7 @@ def resolve(settings: OcrSettings) -> str:
         if key != "openvino":
             raise FatalError(
                 f"precision int8 runs on the openvino backend only, not {key} "
-                "(OCRSTREAM_OCR_BACKEND=openvino or auto; pip install 'ocrstream[openvino]')",
+                "(OCRSTREAM_OCR_BACKEND=openvino or auto, where OpenVINO is installed)",
                 code="bad_config",
             )
     return key
