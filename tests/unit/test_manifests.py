@@ -471,7 +471,7 @@ def test_cpu_workers_use_no_gpu(overlay: str) -> None:
     worker, env = _worker(rendered(overlay))
     resources = worker["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert "nvidia.com/gpu" not in json.dumps(resources)
-    assert env["OCRSTREAM_OCR_BACKEND"] in ("onnxruntime", "openvino")
+    assert env["OCRSTREAM_OCR_BACKEND"] in ("auto", "onnxruntime", "openvino")
     assert env["OCRSTREAM_OCR_DEVICE"] == "cpu"
     # Inference threads follow the CPU limit, not the node's core count.
     assert env["OCRSTREAM_OCR_THREADS"] == str(resources["limits"]["cpu"])
