@@ -19,7 +19,9 @@
 #        nvidia-smi.txt     the GPU
 #        cpu.txt            the host CPU (lscpu, flags), cores and memory
 #        pytest.txt         the gpu-marked and torch tests of tests/unit/test_backends_gpu.py
-#        gpu_bench.json     parity results, then per configuration a cold first pass and a warm
+#        gpu_bench.json     parity results; what one rec or det run costs (a shape's first run,
+#                           then warm, eager and as a CUDA graph); then per configuration a cold
+#                           first pass and a warm
 #                           pass: pages/s, ms per stage, GPU memory and CER against ground
 #                           truth. The engine's host path with the rec shape ladder, with the
 #                           ladder and CUDA graphs, with the exact shapes; the device pipeline
@@ -176,6 +178,48 @@ for precision in ("fp16", "bf16"):
                                               "device_path_same": dev == ref,
                                               "engine_path": host, "device_path": dev}
     print(precision, "engine path same text:", host == ref, "device path:", dev == ref)
+save()
+
+# What one rec run costs, apart from pages: a shape's first run (cuDNN's plans, lazily loaded
+# kernels), then its warm runs eagerly and as a CUDA graph, and a det batch alike. Tells
+# whether rec is bound by the arithmetic or by each run's launches (session 24: ~50 ms a run).
+from ocrstream.processors.ocr.backends import SessionOptions
+from ocrstream.processors.ocr.backends.torch_backend import TorchBackend
+
+
+def per_run(session, shape, runs=20):
+    x = torch.rand(shape) * 2 - 1
+    sync()
+    t = time.perf_counter()
+    session.run_torch(x)
+    sync()
+    first = (time.perf_counter() - t) * 1000
+    for _ in range(3):
+        session.run_torch(x)
+    sync()
+    t = time.perf_counter()
+    for _ in range(runs):
+        session.run_torch(x)
+    sync()
+    return {"shape": list(shape), "first_ms": round(first, 1),
+            "warm_ms": round((time.perf_counter() - t) * 1000 / runs, 2)}
+
+
+micro = {}
+for graphs in (False, True):
+    rec = TorchBackend().load(models / "rec.onnx", "rec", SessionOptions(
+        device=DEVICE, precision="fp16", cuda_graphs=graphs and ON_GPU))
+    rec_shapes = ((1, 3, 48, 320), (8, 3, 48, 640), (64, 3, 48, 1024)) if ON_GPU else (
+        (1, 3, 48, 320),)
+    for shape in rec_shapes:
+        micro[f"rec graphs={graphs} {shape}"] = per_run(rec, shape, 20 if ON_GPU else 2)
+det = TorchBackend().load(models / "det.onnx", "det", SessionOptions(device=DEVICE,
+                                                                     precision="fp16"))
+for shape in ((1, 3, 1600, 1152), (8, 3, 1600, 1152)) if ON_GPU else ((1, 3, 320, 320),):
+    micro[f"det {shape}"] = per_run(det, shape, 10 if ON_GPU else 1)
+for k, v in micro.items():
+    print("per run:", k, v)
+report["per_run"] = micro
 save()
 
 samples = load_sroie(data / "a4")
