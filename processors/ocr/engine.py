@@ -537,6 +537,8 @@ class OcrEngine:
 
         if self._pool is not None and len(batches) > 1:
             results = list(self._pool.map(run, batches))
+        elif self._host is not None and self._pages_side_by_side and len(batches) > 1:
+            results = self._read_overlapped(lines, widths, batches)
         else:
             results = [run(idx) for idx in batches]
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
@@ -544,6 +546,31 @@ class OcrEngine:
             for i, result in zip(idx, decoded, strict=True):
                 out[i] = result
         return out
+
+    def _read_overlapped(
+        self, lines: list[ImageBGR], widths: list[int], batches: list[list[int]]
+    ) -> list[list[tuple[str, float]]]:
+        """A GPU's rec batches one after another, as its session needs, with the host work
+        around them on the host threads: the next :data:`REC_LOOKAHEAD` batches' tensors are
+        filled while one runs, and each batch's CTC is decoded while the next runs."""
+        assert self._host is not None
+        params, max_lines, host = self.rec_params, self.settings.rec_batch_lines, self._host
+
+        def fill(idx: list[int]) -> FloatArray:
+            return rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
+
+        filling = {
+            k: host.submit(fill, batches[k]) for k in range(min(REC_LOOKAHEAD, len(batches)))
+        }
+        decoding: list[Future[list[tuple[str, float]]]] = []
+        for k, idx in enumerate(batches):
+            batch = filling.pop(k).result()  # dropped here, so its memory goes with the run
+            if k + REC_LOOKAHEAD < len(batches):
+                filling[k + REC_LOOKAHEAD] = host.submit(fill, batches[k + REC_LOOKAHEAD])
+            probs = self._rec.run(batch)[: len(idx)]
+            decoding.append(host.submit(rec_mod.ctc_greedy, probs, self._charset,
+                                        params.space_min))  # fmt: skip
+        return [d.result() for d in decoding]
 
     def _deskew(self, pages: list[_Page]) -> None:
         for page in pages:
@@ -736,6 +763,11 @@ class OcrEngine:
             timings_ms={k: round(v, 2) for k, v in page.ms.items()},
             skew=page.skew,
         )
+
+
+# A GPU engine fills this many rec batches ahead on its host threads (each up to 64 lines of
+# up to 3,200 px: ~118 MB of float32 at most).
+REC_LOOKAHEAD = 2
 
 
 def _gather_fields(

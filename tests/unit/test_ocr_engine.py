@@ -91,14 +91,26 @@ def test_a_one_thread_cpu_engine_reads_on_its_own_thread_and_the_same(
 
 
 def test_pages_prepared_side_by_side_read_the_same(ocr_engine: OcrEngine, scanned: bytes):
-    """A GPU engine decodes a call's pages, fills its det batches and cuts its pages' lines in
-    threads (the host work the GPU would otherwise wait on): the same lines as one by one.
-    Exercised here on a CPU engine with the GPU's switch turned on."""
+    """A GPU engine decodes a call's pages, fills its det batches, cuts its pages' lines and
+    fills and decodes its rec batches around each run in threads (the host work the GPU would
+    otherwise wait on): the same lines as one by one. Exercised here on a CPU engine with the
+    GPU's switches: pages side by side, and one rec session run one batch at a time."""
     import threading
 
     side = OcrEngine(OcrSettings(threads=2, det_batch=4))
     try:
         side._pages_side_by_side = True
+        assert side._pool is not None  # the CPU's two rec streams; a GPU has none
+        side._pool.shutdown()
+        side._pool = None
+        overlapped = side._read_overlapped
+        calls: list[int] = []
+
+        def counted(lines, widths, batches):  # type: ignore[no-untyped-def]
+            calls.append(len(batches))
+            return overlapped(lines, widths, batches)
+
+        side._read_overlapped = counted  # type: ignore[method-assign]
         pages = [scanned] + [
             scan_noise(render_text_page([f"Page {i} of four", "Total 12.50"]), seed=i, quality=90)
             for i in range(3)
@@ -112,6 +124,8 @@ def test_pages_prepared_side_by_side_read_the_same(ocr_engine: OcrEngine, scanne
             for x, y in zip(a.lines, b.lines, strict=True):
                 np.testing.assert_allclose(x.polygon, y.polygon, atol=1.0)
         assert got[2].text.startswith("Page 1 of four")
+        assert len(calls) == 1  # one rec pass over every line of the call
+        assert calls[0] > 3  # in one-line batches here
     finally:
         side.close()
 
