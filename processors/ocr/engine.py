@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,7 +219,8 @@ class OcrEngine:
         self._host: ThreadPoolExecutor | None = (
             ThreadPoolExecutor(host_threads, "ocr-host") if host_threads > 1 else None
         )
-        self._pages_side_by_side = self._host is not None and not settings.on_cpu
+        # the same pool for each page's (and rec batch's) host work on a GPU; None on the CPU
+        self._side_by_side = None if settings.on_cpu else self._host
         self._cls: InferSession | None = None
         if settings.use_cls and self.models.cls_path is not None:
             self._cls = self._load(self.models.cls_path, "cls", opt_shape=(64, 3, *CLS_SHAPE))
@@ -323,7 +324,7 @@ class OcrEngine:
             self._pool = None
         if self._host is not None:
             self._host.shutdown(wait=True)
-            self._host = None
+            self._host = self._side_by_side = None
 
     def _load(self, path: object, kind: str, **shape: object) -> InferSession:
         from pathlib import Path
@@ -530,15 +531,17 @@ class OcrEngine:
 
         max_lines = self.settings.rec_batch_lines
 
+        def fill(idx: list[int]) -> FloatArray:
+            return rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
+
         def run(idx: list[int]) -> list[tuple[str, float]]:
-            batch = rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
-            probs = self._rec.run(batch)[: len(idx)]
+            probs = self._rec.run(fill(idx))[: len(idx)]
             return rec_mod.ctc_greedy(probs, self._charset, params.space_min)
 
         if self._pool is not None and len(batches) > 1:
             results = list(self._pool.map(run, batches))
-        elif self._host is not None and self._pages_side_by_side and len(batches) > 1:
-            results = self._read_overlapped(lines, widths, batches)
+        elif self._side_by_side is not None and len(batches) > 1:
+            results = self._read_overlapped(batches, fill, self._side_by_side)
         else:
             results = [run(idx) for idx in batches]
         out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
@@ -548,17 +551,14 @@ class OcrEngine:
         return out
 
     def _read_overlapped(
-        self, lines: list[ImageBGR], widths: list[int], batches: list[list[int]]
+        self,
+        batches: list[list[int]],
+        fill: Callable[[list[int]], FloatArray],
+        host: ThreadPoolExecutor,
     ) -> list[list[tuple[str, float]]]:
         """A GPU's rec batches one after another, as its session needs, with the host work
-        around them on the host threads: the next :data:`REC_LOOKAHEAD` batches' tensors are
+        around them on ``host``'s threads: the next :data:`REC_LOOKAHEAD` batches' tensors are
         filled while one runs, and each batch's CTC is decoded while the next runs."""
-        assert self._host is not None
-        params, max_lines, host = self.rec_params, self.settings.rec_batch_lines, self._host
-
-        def fill(idx: list[int]) -> FloatArray:
-            return rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
-
         filling = {
             k: host.submit(fill, batches[k]) for k in range(min(REC_LOOKAHEAD, len(batches)))
         }
@@ -569,7 +569,7 @@ class OcrEngine:
                 filling[k + REC_LOOKAHEAD] = host.submit(fill, batches[k + REC_LOOKAHEAD])
             probs = self._rec.run(batch)[: len(idx)]
             decoding.append(host.submit(rec_mod.ctc_greedy, probs, self._charset,
-                                        params.space_min))  # fmt: skip
+                                        self.rec_params.space_min))  # fmt: skip
         return [d.result() for d in decoding]
 
     def _deskew(self, pages: list[_Page]) -> None:
@@ -608,9 +608,10 @@ class OcrEngine:
             batch = np.empty((len(idx), 3, *shape), np.float32)
             # straight into the batch (no stacking copy); a GPU's pages side by side
             slots = [batch[slot] for slot in range(len(idx))]
-            if self._host is not None and self._pages_side_by_side and len(idx) > 1:
+            if self._side_by_side is not None and len(idx) > 1:
                 ims, sizes = [images[i] for i in idx], [shapes[i] for i in idx]
-                list(self._host.map(det_mod.normalise, ims, sizes, itertools.repeat(params), slots))
+                side = self._side_by_side
+                list(side.map(det_mod.normalise, ims, sizes, itertools.repeat(params), slots))
             else:
                 for i, out in zip(idx, slots, strict=True):
                     det_mod.normalise(images[i], shapes[i], params, out=out)
@@ -663,10 +664,10 @@ class OcrEngine:
                 page.crops = self._crops(page)
                 page.ms["rec"] += (time.perf_counter() - t) * 1000
 
-        if self._host is not None and self._pages_side_by_side and len(idx) > 1:
+        if self._side_by_side is not None and len(idx) > 1:
             # on a GPU: the batch's pages side by side (on the CPU the det thread already
             # overlaps this with the next batch's inference, on the cores the engine has)
-            list(self._host.map(one, range(len(idx)), idx))
+            list(self._side_by_side.map(one, range(len(idx)), idx))
         else:
             for j, i in enumerate(idx):
                 one(j, i)

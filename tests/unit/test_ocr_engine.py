@@ -99,16 +99,16 @@ def test_pages_prepared_side_by_side_read_the_same(ocr_engine: OcrEngine, scanne
 
     side = OcrEngine(OcrSettings(threads=2, det_batch=4))
     try:
-        side._pages_side_by_side = True
+        side._side_by_side = side._host
         assert side._pool is not None  # the CPU's two rec streams; a GPU has none
         side._pool.shutdown()
         side._pool = None
         overlapped = side._read_overlapped
         calls: list[int] = []
 
-        def counted(lines, widths, batches):  # type: ignore[no-untyped-def]
+        def counted(batches, fill, host):  # type: ignore[no-untyped-def]
             calls.append(len(batches))
-            return overlapped(lines, widths, batches)
+            return overlapped(batches, fill, host)
 
         side._read_overlapped = counted  # type: ignore[method-assign]
         pages = [scanned] + [

@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends.base import ModelKind, SessionOptions
-from ocrstream.processors.ocr.backends.torch_backend import ctc_best
+from ocrstream.processors.ocr.backends.torch_backend import ctc_best, full_output_classes
 
 if TYPE_CHECKING:
     import onnx
@@ -389,12 +389,9 @@ class TensorRTSession:
         self._input, self._output = inputs[0], outputs[0]
         self._in_dtype = _torch_dtype(trt, torch, self._engine.get_tensor_dtype(self._input))
         self._out_dtype = _torch_dtype(trt, torch, self._engine.get_tensor_dtype(self._output))
-        # the model's classes, which a compacted output no longer shows (rec.model_classes)
-        self.classes = 0
+        self.classes = 0  # where run compacts its output, the model's (rec.model_classes)
         if self._ctc_best:
-            lo = self.profile[0]
-            probe = torch.zeros((1, lo[1], lo[2], lo[3]))
-            self.classes = int(self.run_torch(probe).shape[-1])
+            self.classes = full_output_classes(self.run_torch, (1, *self.profile[0][1:]))
 
     def run(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """numpy NCHW float32 in, the output float32 out (rec with ``ctc_best``: N x T x 3,

@@ -286,6 +286,14 @@ def ctc_best(probs: torch.Tensor) -> torch.Tensor:
     return torch.stack([index.float(), values.float(), probs[..., -1].float()], dim=-1)
 
 
+def full_output_classes(run_torch: Any, shape: tuple[int, ...]) -> int:
+    """The classes of a rec session that compacts its ``run`` output (``ctc_best``), which
+    that output no longer shows (rec.model_classes): the last dimension of ``run_torch``'s
+    full output on a blank batch of ``shape``."""
+    torch = _import_torch()
+    return int(run_torch(torch.zeros(shape)).shape[-1])
+
+
 class TorchSession:
     """One converted model on one device; see the module docstring."""
 
@@ -314,11 +322,10 @@ class TorchSession:
         self._graphs: _CudaGraphs | None = None
         if options.cuda_graphs and self.device != "cpu" and not options.compile:
             self._graphs = _CudaGraphs(torch, self._call, kind)
-        # the model's classes, which a compacted output no longer shows (rec.model_classes)
-        self.classes = 0
+        self.classes = 0  # where run compacts its output, the model's (rec.model_classes)
         if self._ctc_best:
-            probe = torch.zeros((1, 3, options.min_shape[2] if options.min_shape else 48, 64))
-            self.classes = int(self.run_torch(probe).shape[-1])
+            height = options.min_shape[2] if options.min_shape else 48
+            self.classes = full_output_classes(self.run_torch, (1, 3, height, 64))
         log.info(
             "torch %s session on %s (%s)%s",
             kind,
