@@ -273,6 +273,12 @@ class OcrSettings(BaseSettings):
     # read 15-20% faster after it, docs/benchmarks.md). Costs one pass at start-up
     # (`ocrstream ocr` on one file skips it).
     det_warmup: bool = True
+    # `auto` on the CPU where no choice is kept yet for this machine, thread count and model
+    # (backends.choice): true measures the backends (~11 s on 2 cores) and keeps the answer for
+    # every later process; false runs this process on the provisional choice
+    # (choice.PROVISIONAL) and keeps nothing. `ocrstream ocr` sets it false for a job of fewer
+    # pages than the measurement costs (cli/ocr.py, AUTO_MEASURE_PAGES).
+    auto_measure: bool = True
 
     @property
     def on_cpu(self) -> bool:

@@ -17,6 +17,11 @@ Each command runs once untimed first (the OS file cache, OpenVINO's compiled-mod
 ``~/.cache/ocrstream/openvino``), then ``repeats`` times interleaved across engines (A B C A B
 C …) so that a busy neighbour slows all of them alike; the median is reported.
 
+**A new machine**: ``ocrstream, new`` is the same ``ocrstream ocr`` command with an empty engine
+cache each time (``OCRSTREAM_OCR_ENGINE_CACHE_DIR`` a new folder): what a user's first command
+on a machine pays, with no compiled model, no derived model (the compact rec head, det without
+its Sigmoid) and no ``auto`` choice kept. The peers keep nothing between runs but their files.
+
 **Worker start**: a fresh interpreter does what an OCR worker does before its first result
 (imports ``ocrstream.streams.worker``, builds the engine from the settings, wraps it in the
 worker's micro-batcher) and reads one page; reported are the seconds from the interpreter's
@@ -27,6 +32,7 @@ first page's result. Joining the Kafka consumer group is not part of it.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -91,6 +97,7 @@ class WholeRun:
     pages: int
     times_s: list[float] = field(default_factory=list)
     error: str | None = None
+    new_machine: bool = False  # each run with an empty engine cache (``ocrstream, new``)
 
     @property
     def median_s(self) -> float:
@@ -146,9 +153,15 @@ def _shown(cmd: list[str]) -> str:
     return " ".join(out)
 
 
-def _time(cmd: list[str], timeout_s: float) -> float:
+NEW_MACHINE = "ocrstream, new"
+
+
+def _time(cmd: list[str], timeout_s: float, cache_dir: str | None = None) -> float:
+    env = None
+    if cache_dir is not None:
+        env = {**os.environ, "OCRSTREAM_OCR_ENGINE_CACHE_DIR": cache_dir}
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False,
+    proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False, env=env,
                           preexec_fn=terminate_with_parent())  # fmt: skip
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
@@ -177,12 +190,16 @@ def whole_process(
                 if cmd is None:
                     continue
                 planned.append((WholeRun(engine, _shown(cmd), len(chosen)), cmd))
+                if engine == "ocrstream":
+                    new = WholeRun(NEW_MACHINE, _shown(cmd), len(chosen), new_machine=True)
+                    planned.append((new, cmd))
             for rep in range(repeats + 1):  # the first round warms caches, untimed
                 for run, cmd in planned:
                     if run.error:
                         continue
+                    cache = tempfile.mkdtemp(dir=tmp) if run.new_machine else None
                     try:
-                        elapsed = _time(cmd, timeout_s)
+                        elapsed = _time(cmd, timeout_s, cache)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         run.error = f"{type(e).__name__}: {e}"[-300:]
                         continue
@@ -227,12 +244,14 @@ def format_whole(runs: Sequence[WholeRun], worker: dict[str, Any] | None) -> str
         rate = r.pages / r.median_s if r.median_s else 0.0
         rows.append(f"{r.engine:<13} {r.pages:>5} {r.median_s:>8.2f} {rate:>8.3f}  {r.command}")
     for n in sorted({r.pages for r in runs}):
-        ours = next((r for r in runs if r.engine == "ocrstream" and r.pages == n), None)
-        for other in runs:
-            if ours is None or other is ours or other.pages != n or other.error or ours.error:
+        for name in ("ocrstream", NEW_MACHINE):
+            ours = next((r for r in runs if r.engine == name and r.pages == n), None)
+            if ours is None or ours.error or ours.median_s <= 0:
                 continue
-            if ours.median_s > 0:
-                rows.append(f"{n} pages: {other.engine} / ocrstream wall time: "
+            for other in runs:
+                if other.pages != n or other.error or other.engine.startswith("ocrstream"):
+                    continue
+                rows.append(f"{n} pages: {other.engine} / {name} wall time: "
                             f"{other.median_s / ours.median_s:.2f}x")  # fmt: skip
     if worker:
         if "error" in worker:

@@ -216,8 +216,14 @@ def ocr(
         if value is not None
     }
     limits = LimitsSettings()  # the splitter's: for the split, the probe and the PDF alike
-    if "OCRSTREAM_OCR_DET_WARMUP" not in os.environ and _one_page(files, limits):
-        overrides["det_warmup"] = False  # one page: the warm-up is all cost (see _one_page)
+    pages = _count_pages(files, limits, AUTO_MEASURE_PAGES)
+    if "OCRSTREAM_OCR_DET_WARMUP" not in os.environ and pages <= 1:
+        # On one page the det warm-up (one pass at the budget's largest shape, ~0.2 s) costs
+        # more than it saves; on more it can save seconds (15 receipts in one PDF: 5.6-5.9 s
+        # with it, 6.4-7.2 s without), so it stays there.
+        overrides["det_warmup"] = False
+    if "OCRSTREAM_OCR_AUTO_MEASURE" not in os.environ and pages < AUTO_MEASURE_PAGES:
+        overrides["auto_measure"] = False  # a short job: see AUTO_MEASURE_PAGES
     try:
         settings = OcrSettings(**overrides)
         engine = make_engine(settings)
@@ -248,18 +254,28 @@ def ocr(
         sys.exit(1)
 
 
-def _one_page(files: Sequence[Path], limits: LimitsSettings) -> bool:
-    """Whether the run reads a single page. The det warm-up (one pass at the budget's largest
-    shape, ~0.2 s) then costs more than it saves; on more pages it can save seconds (15
-    receipts in one PDF: 5.6-5.9 s with it, 6.4-7.2 s without), so it stays."""
+# `auto` measures the CPU backends when no choice is kept for this machine yet (backends.choice:
+# 10.7 s on a 2-vCPU Zen 5, about 30 receipts' or 15 A4 pages' reading), then keeps it. A run of
+# fewer pages would spend more on the measurement than it could save (the provisional choice
+# read 0-40% slower a page there), so it runs on the provisional choice and keeps nothing:
+# a new user's first `ocrstream ocr` on a page takes a second, not twelve.
+AUTO_MEASURE_PAGES = 50
+
+
+def _count_pages(files: Sequence[Path], limits: LimitsSettings, stop: int) -> int:
+    """The run's pages, counted up to ``stop`` (the probe reads each file's header only; a
+    file it cannot read counts as one page: it will fail as the run reads it)."""
     from ocrstream.processors.split import probe
 
-    if len(files) != 1:
-        return False
-    try:
-        return probe(files[0], None, limits) <= 1
-    except (OcrstreamError, OSError):
-        return True  # it will fail as the run reads it
+    total = 0
+    for path in files:
+        try:
+            total += max(1, probe(path, None, limits))
+        except (OcrstreamError, OSError):
+            total += 1
+        if total >= stop:
+            break
+    return total
 
 
 def _load_regions(path: Path) -> tuple[Region, ...]:

@@ -55,6 +55,7 @@ from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureM
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import (
+    COMPACT_HEAD_BACKENDS,
     CPU_BACKENDS,
     REC_STREAMS,
     create_stages,
@@ -169,7 +170,7 @@ class OcrEngine:
         self.min_confidence = settings.min_confidence
         rec_path, self._rec_classes = self.models.rec_path, 0
         cpu = self._rec_backend.name in CPU_BACKENDS
-        if cpu:
+        if self._rec_backend.name in COMPACT_HEAD_BACKENDS:
             compact = ctc_best_model(
                 self.models.rec_path, settings.engine_cache_dir, self._rec_backend.name
             )

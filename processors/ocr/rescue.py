@@ -34,7 +34,7 @@ import numpy as np
 
 from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr import rec as rec_mod
-from ocrstream.processors.ocr.backends import CPU_BACKENDS, create, rec_options
+from ocrstream.processors.ocr.backends import COMPACT_HEAD_BACKENDS, create, rec_options
 from ocrstream.processors.ocr.backends.base import Backend
 from ocrstream.processors.ocr.geometry import grow_for_rec
 from ocrstream.processors.ocr.models import ctc_best_model, file_digest, load_model_set
@@ -57,7 +57,7 @@ class LineRescue:
         backend = backend or create(settings)
         self.backend_name = backend.name
         path, classes = models.rec_path, 0
-        if backend.name in CPU_BACKENDS:
+        if backend.name in COMPACT_HEAD_BACKENDS:
             compact = ctc_best_model(models.rec_path, settings.engine_cache_dir, backend.name)
             if compact is not None:
                 path, classes = compact

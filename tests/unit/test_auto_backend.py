@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -316,6 +318,32 @@ def test_an_unwritable_cache_still_gives_a_measured_choice(tmp_path: Path, both_
     assert choice.choose(_settings(blocked), models, loader=_loader(SLOW, [])).measured
 
 
+def test_a_process_that_may_not_measure_runs_the_provisional_choice_and_keeps_nothing(
+    tmp_path: Path, both_installed: None
+):
+    """A short job (``auto_measure`` false) on a machine with no choice kept loads nothing to
+    measure and writes nothing; once a choice is kept, such a job takes it."""
+    models = load_model_set("ppocrv6-tiny")
+    made: list[_Timed] = []
+    short = _settings(tmp_path, auto_measure=False)
+    found = choice.choose(short, models, loader=_loader(SLOW, made))
+    assert (found.provisional, found.measured, made) == (True, False, [])
+    assert found.stages == choice.PROVISIONAL
+    assert not list(tmp_path.rglob("*.json"))
+    # the int8 profile's fp32 rec, where nothing was measured: the provisional rec
+    int8 = create_stages(_settings(tmp_path, auto_measure=False, precision="int8"), models)
+    assert {stage: b.name for stage, b in int8.items()} == {"det": "openvino", "rec": "onnxruntime"}
+    assert not list(tmp_path.rglob("*.json"))
+    measured = choice.choose(
+        _settings(tmp_path), models, loader=_loader({("openvino", "det"): 0.08}, made)
+    )
+    assert measured.measured
+    assert measured.stages["det"] == "onnxruntime"
+    made.clear()
+    again = choice.choose(short, models, loader=_loader({}, made))
+    assert (again.provisional, again.stages, made) == (False, measured.stages, [])
+
+
 def test_a_forced_backend_measures_nothing(tmp_path: Path, both_installed: None):
     models = load_model_set("ppocrv6-tiny")
     choice.choose(_settings(tmp_path), models, loader=_loader(SLOW, []))
@@ -359,6 +387,26 @@ def test_the_engine_measures_on_first_use_and_the_next_process_reuses_it(tmp_pat
     assert a == b
     names = (choice.backend_of(b["stages"][stage])[0] for stage in ("det", "rec"))
     assert b["backend"] == "+".join(dict.fromkeys(names))
+
+
+@needs_both
+def test_ocrstream_ocr_on_a_page_on_a_new_machine_does_not_stop_to_measure(tmp_path: Path):
+    """A user's first command: one page, nothing in the engine cache. It reads the page on the
+    provisional choice and keeps no choice; a run of many pages measures and keeps it."""
+    page = tmp_path / "page.png"
+    cv2.imwrite(str(page), render_text_page(["Invoice 2024-118", "Total due 1,250.00"]))
+    cache = tmp_path / "cache"
+    env = {**os.environ, "OCRSTREAM_OCR_ENGINE_CACHE_DIR": str(cache)}
+    env.pop("OCRSTREAM_OCR_AUTO_MEASURE", None)
+    env.pop("OCRSTREAM_OCR_BACKEND", None)
+    cmd = [sys.executable, "-m", "ocrstream", "ocr", "--format", "text", "--model",
+           "ppocrv6-tiny", "--threads", "1", str(page)]  # fmt: skip
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr
+    assert cer(run.stdout, "Invoice 2024-118\nTotal due 1,250.00") < 0.1
+    assert "not measured yet" in run.stderr
+    assert "auto backend measured in" not in run.stderr
+    assert not (cache / choice.FOLDER).exists() or not list((cache / choice.FOLDER).glob("*.json"))
 
 
 @needs_both

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from ocrstream.bench.datasets import render_a4_page
 from ocrstream.bench.engine import BenchConfig
 from ocrstream.bench.whole import (
+    NEW_MACHINE,
     WholeRun,
     commands,
     format_whole,
@@ -55,10 +56,14 @@ def test_the_commands_are_what_a_user_types(tmp_path: Path) -> None:
 
 def test_the_table_names_the_ratios_and_the_worker_start() -> None:
     ours = WholeRun("ocrstream", "python -m ocrstream ocr …", 25, [10.0, 12.0, 11.0])
+    new = WholeRun(NEW_MACHINE, "python -m ocrstream ocr …", 25, [14.0], new_machine=True)
     theirs = WholeRun("rapidocr", "python -c …", 25, [22.0, 23.0, 21.0])
     broken = WholeRun("faster-paddle", "python -c …", 25, error="boom")
-    table = format_whole([ours, theirs, broken], {"engine_ready_s": 2.5, "first_result_s": 3.75})
+    table = format_whole(
+        [ours, new, theirs, broken], {"engine_ready_s": 2.5, "first_result_s": 3.75}
+    )
     assert "25 pages: rapidocr / ocrstream wall time: 2.00x" in table
+    assert f"25 pages: rapidocr / {NEW_MACHINE} wall time: 1.57x" in table
     assert "error: boom" in table
     assert "first result 3.75s" in table
     assert ours.to_dict()["median_s"] == 11.0
@@ -79,7 +84,9 @@ def test_ocrstream_ocr_is_timed_as_a_whole_process(tmp_path: Path) -> None:
     runs = whole_process(pages, cfg, ["ocrstream"], counts=(1, 2), repeats=1)
     assert [(r.engine, r.pages, r.error) for r in runs] == [
         ("ocrstream", 1, None),
+        (NEW_MACHINE, 1, None),
         ("ocrstream", 2, None),
+        (NEW_MACHINE, 2, None),
     ]
     assert all(len(r.times_s) == 1 and r.median_s > 0.1 for r in runs)
     worker = worker_first_result(pages[0], cfg, repeats=1)
@@ -101,9 +108,8 @@ def test_bench_engine_whole_process_command(tmp_path: Path) -> None:
     assert "whole process" in result.output
     report = json.loads(out.read_text())
     assert report["datasets"] == {}
-    (run,) = report["whole_process"]["runs"]
-    assert run["engine"] == "ocrstream"
-    assert run["error"] is None
-    assert run["median_s"] > 0
+    runs = report["whole_process"]["runs"]
+    assert [run["engine"] for run in runs] == ["ocrstream", NEW_MACHINE]
+    assert all(run["error"] is None and run["median_s"] > 0 for run in runs)
     assert report["whole_process"]["worker"]["first_result_s"] > 0
     assert {"--no-steady", "--whole-process"} <= set(report["command"].split())

@@ -267,3 +267,31 @@ def test_one_page_skips_the_det_warm_up_that_more_pages_pay_for(
     monkeypatch.setenv("OCRSTREAM_OCR_DET_WARMUP", "true")  # said by the user: kept
     assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
     assert seen == [False, True, True, True]
+
+
+def test_a_short_job_runs_auto_without_measuring_and_a_long_one_measures(
+    monkeypatch: pytest.MonkeyPatch, ocr_engine, scan: Path, tmp_path: Path
+) -> None:
+    """``auto``'s measurement costs as much as reading tens of pages: a shorter job skips it
+    (backends.choice.PROVISIONAL), a job of AUTO_MEASURE_PAGES pages or more measures."""
+    from ocrstream.cli.ocr import AUTO_MEASURE_PAGES
+
+    seen: list[bool] = []
+
+    def engine(settings):  # type: ignore[no-untyped-def]
+        seen.append(settings.auto_measure)
+        return ocr_engine
+
+    monkeypatch.setattr("ocrstream.cli.ocr.make_engine", engine)
+    monkeypatch.delenv("OCRSTREAM_OCR_AUTO_MEASURE", raising=False)
+    long_pdf = tmp_path / "long.pdf"
+    doc = pymupdf.open()
+    for _ in range(AUTO_MEASURE_PAGES):
+        doc.new_page(width=200, height=100).insert_text((20, 50), "page", fontsize=12)
+    doc.save(long_pdf)
+    doc.close()
+    for args in ([str(scan)], [str(long_pdf)]):
+        assert CliRunner().invoke(main, ["ocr", "--skip-text", *args]).exit_code == 0
+    monkeypatch.setenv("OCRSTREAM_OCR_AUTO_MEASURE", "true")  # said by the user: kept
+    assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
+    assert seen == [False, True, True]

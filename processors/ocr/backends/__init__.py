@@ -67,6 +67,11 @@ AUTO_CPU = "auto"
 # Backends that run on the CPU here: their rec model gets the compact CTC head
 # (models.ctc_best_model) and, in the engine, REC_STREAMS streams of rec batches side by side.
 CPU_BACKENDS = frozenset({"onnxruntime", "openvino"})
+# Backends that load rec as the compact-head ONNX graph (models.ctc_best_model): the CPU ones
+# and onnxruntime-gpu, whose output would otherwise cross to the host whole (18,710 floats a
+# step for PP-OCRv6: ~700 MB a 300-DPI A4 page). torch and TensorRT load the model as it is and
+# take the argmax on the device themselves (SessionOptions.ctc_best).
+COMPACT_HEAD_BACKENDS = CPU_BACKENDS | {"onnxruntime-gpu"}
 # Rec on the CPU runs as this many batches side by side (the engine's rec thread pool).
 REC_STREAMS = 2
 
@@ -173,6 +178,7 @@ def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict
         # measured fp32 rec fastest (on an AMD EPYC with VNNI, onnxruntime: 1.1-1.4x), never
         # the bf16 candidate (the profile promises fp32 for what it does not quantise).
         fp32 = {k: t for k, t in found.seconds["rec"].items() if backend_of(k)[1] is None}
+        fp32 = fp32 or {found.stages["rec"]: 0.0}  # provisional (not measured): fp32 already
         stages = {"det": key, "rec": min(fp32, key=fp32.__getitem__)}
     made = {name: create_key(name) for name in {backend_of(k)[0] for k in stages.values()}}
     out: dict[str, Backend] = {}

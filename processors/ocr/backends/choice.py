@@ -54,6 +54,14 @@ line's confidence moved by 0.0014 on average (p99 0.019); on a Xeon without AMX 
 (docs/benchmarks.md). Results name the stages that ran in bf16 and the page cache keys them
 apart.
 
+**Before the first measurement.** The measurement costs about as much as reading 30 receipts
+(10.7 s on a 2-vCPU Zen 5, v6 small: three candidates per stage, five runs each). A process
+whose settings say ``auto_measure=False`` and that finds no choice kept runs on
+:data:`PROVISIONAL` instead and keeps nothing: ``ocrstream ocr`` does so for a job of fewer
+pages than the measurement costs, so that a new user's first command on one page takes about
+a second, not twelve. The next worker, benchmark, ``engine calibrate`` or long ``ocrstream
+ocr`` measures and keeps the choice as before.
+
 ``OCRSTREAM_OCR_BACKEND=openvino|onnxruntime`` forces a backend: nothing is measured then.
 """
 
@@ -119,6 +127,13 @@ REC_PAGE_LINES = (
 )  # fmt: skip
 ROUNDS = 2
 FOLDER = "auto-backend"
+# What a process that may not measure runs on until a measurement is kept (settings
+# auto_measure=False): det on OpenVINO, rec on onnxruntime, both in fp32. Not a rule for
+# ``auto``, only what an unmeasured short job gets: it is the choice the fp32 candidates
+# measured on every CPU of docs/benchmarks.md (Xeon, Zen 3, and Zen 5 without bf16: det on
+# OpenVINO 2-3x onnxruntime at the A4 budget; rec on onnxruntime, one line per batch, 0.7-0.9x
+# OpenVINO's time), with no reduced precision, which was slower on a Xeon without AMX.
+PROVISIONAL = {"det": "openvino", "rec": "onnxruntime"}
 
 Loader = Callable[[str, str], InferSession]  # (backend key, stage) -> a loaded session
 
@@ -136,6 +151,8 @@ class Choice:
     path: Path
     # stage -> backend key -> the part of ``seconds`` spent on shapes met for the first time
     new_shape_seconds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # True: nothing measured or kept; :data:`PROVISIONAL` (``seconds`` is empty)
+    provisional: bool = False
 
 
 def installed() -> tuple[str, ...]:
@@ -319,6 +336,8 @@ def choose(
             if cached is not None:
                 log.debug("auto backend from %s: %s", path, cached.stages)
                 return cached
+        if not settings.auto_measure and not remeasure:
+            return provisional(fields, candidates, path)
         start = time.perf_counter()
         load = loader or default_loader(settings, models)
         seconds, new = measure(
@@ -342,6 +361,24 @@ def choose(
         stages["rec"], _times(seconds["rec"]), path,
     )  # fmt: skip
     return choice
+
+
+def provisional(fields: dict[str, Any], candidates: tuple[str, ...], path: Path) -> Choice:
+    """:data:`PROVISIONAL`, each stage's backend where installed (else the first candidate),
+    for a process that may not measure; nothing is kept."""
+    stages = {
+        stage: PROVISIONAL[stage] if PROVISIONAL[stage] in candidates else candidates[0]
+        for stage in STAGES
+    }
+    log.info(
+        "auto backend not measured yet on %s, %d threads: this run takes det on %s and rec on "
+        "%s without measuring (a measurement takes seconds; `ocrstream engine calibrate`, "
+        "a worker or a longer job measures it and keeps the choice)",
+        fields["cpu"], fields["threads"], stages["det"], stages["rec"],
+    )  # fmt: skip
+    seconds: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
+    return Choice(stages, seconds, fields, measured=False, took_s=0.0, path=path,
+                  provisional=True)  # fmt: skip
 
 
 def _times(seconds: dict[str, float]) -> str:
