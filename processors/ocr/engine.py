@@ -305,6 +305,8 @@ class OcrEngine:
             options["textsize"] = "outlines"
         if self.rec_params.space_min:  # only when on: pages cached before read again once
             options["rec_space_min"] = self.rec_params.space_min
+        if self.rec_params.cjk_punctuation:  # Chinese pages cached before read again once
+            options["rec_cjk_punctuation"] = True
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -537,7 +539,7 @@ class OcrEngine:
 
         def run(idx: list[int]) -> list[tuple[str, float]]:
             probs = self._rec.run(fill(idx))[: len(idx)]
-            return rec_mod.ctc_greedy(probs, self._charset, params.space_min)
+            return self._decode_rec(probs)
 
         if self._pool is not None and len(batches) > 1:
             results = list(self._pool.map(run, batches))
@@ -569,9 +571,15 @@ class OcrEngine:
             if k + REC_LOOKAHEAD < len(batches):
                 filling[k + REC_LOOKAHEAD] = host.submit(fill, batches[k + REC_LOOKAHEAD])
             probs = self._rec.run(batch)[: len(idx)]
-            decoding.append(host.submit(rec_mod.ctc_greedy, probs, self._charset,
-                                        self.rec_params.space_min))  # fmt: skip
+            decoding.append(host.submit(self._decode_rec, probs))
         return [d.result() for d in decoding]
+
+    def _decode_rec(self, probs: FloatArray) -> list[tuple[str, float]]:
+        """A rec batch's text and confidence per line, as the rec params say."""
+        params = self.rec_params
+        return rec_mod.ctc_greedy(
+            probs, self._charset, params.space_min, cjk_punctuation=params.cjk_punctuation
+        )
 
     def _deskew(self, pages: list[_Page]) -> None:
         for page in pages:

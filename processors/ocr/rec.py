@@ -55,6 +55,9 @@ class RecParams:
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
     space_min: float = 0.1
+    # ``,;:!?`` read beside Chinese or Japanese text given their full-width forms
+    # (full_width_marks); False: as the model read them.
+    cjk_punctuation: bool = True
     # Shapes for a GPU (settings.OcrSettings.rec_shapes): widths padded up to WIDTH_LADDER
     # (then max_width) and a batch's lines up to a power of two (batch_rows), so that cuDNN
     # builds its plans for a few dozen shapes once, not for every new (lines, width).
@@ -70,6 +73,7 @@ class RecParams:
             max_batch_width=settings.rec_batch_pixels,
             crop_margin=model_margin if margin is None else margin,
             space_min=settings.rec_space_min,
+            cjk_punctuation=settings.rec_cjk_punctuation,
             ladder=settings.rec_shape_ladder,
         )
 
@@ -189,7 +193,11 @@ def plan_streams(
 
 
 def ctc_greedy(
-    probs: FloatArray, charset: Sequence[str], space_min: float = 0.0
+    probs: FloatArray,
+    charset: Sequence[str],
+    space_min: float = 0.0,
+    *,
+    cjk_punctuation: bool = False,
 ) -> list[tuple[str, float]]:
     """Greedy CTC over a batch (N × T × C): best class per step, repeats collapsed, blanks
     (class 0) dropped; confidence is the mean probability of the kept steps.
@@ -207,6 +215,9 @@ def ctc_greedy(
     (``balance,limited``); restored at 0.1, v6 small read the held-out English A4 with 7 edits
     instead of 14 and 50 receipts with 2,098 instead of 2,156 (docs/benchmarks.md). A
     restored space does not count in the confidence, which stays the model's own.
+
+    ``cjk_punctuation`` gives ``,;:!?`` read beside Chinese or Japanese text their full-width
+    forms (:func:`full_width_marks`).
     """
     if probs.ndim != 3:
         raise ValueError(f"CTC input must be N x T x C, not {probs.shape}")
@@ -243,8 +254,56 @@ def ctc_greedy(
             chars = _restore_spaces(chars, np.maximum.reduceat(gap[row], at)[:-1], space_min,
                                     charset)  # fmt: skip
         text = "".join(charset[c] if c < n_chars else "" for c in chars)
+        if cjk_punctuation:
+            text = full_width_marks(text)
         out.append((text, float(sums[row] / counts[row])))
     return out
+
+
+# The marks PP-OCR's rec reads in their half-width form where Chinese and Japanese print the
+# full-width one. The two glyphs are alike; only the room after the mark differs, and on the
+# held-out Chinese A4 pages v6 small read 71 of them half-width with the engine's taller line
+# crops (docs/benchmarks.md, session 26). Chinese and Japanese typesetting puts the full-width
+# form beside their characters (GB/T 15834; JIS X 4051); Korean, whose Hangul is as wide,
+# takes the half-width marks with spaces, so Hangul does not count here.
+_FULL_WIDTH = str.maketrans({",": "，", ";": "；", ":": "：", "!": "！", "?": "？"})
+_HALF_MARKS = frozenset(",;:!?")
+
+
+def _han_or_kana(c: str) -> bool:
+    """A Chinese character, kana, CJK punctuation or a full-width form."""
+    o = ord(c)
+    return (
+        0x3000 <= o <= 0x30FF  # CJK symbols and punctuation, hiragana, katakana
+        or 0x3400 <= o <= 0x4DBF  # extension A
+        or 0x4E00 <= o <= 0x9FFF  # unified ideographs
+        or 0xF900 <= o <= 0xFAFF  # compatibility ideographs
+        or 0xFF01 <= o <= 0xFF60  # full-width forms
+        or 0x20000 <= o <= 0x3FFFF  # extensions B and later
+    )
+
+
+def full_width_marks(text: str) -> str:
+    """``text`` with each ``,;:!?`` in its full-width form where it follows a Chinese or
+    Japanese character (``中国,北京`` -> ``中国，北京``), or precedes one and follows neither a
+    Latin letter nor a space (``编号6814:鲁迅`` -> ``编号6814：鲁迅``; ``Note: 中文`` and
+    ``10:30`` stay)."""
+    if _HALF_MARKS.isdisjoint(text):
+        return text
+    chars = list(text)
+    last = len(chars) - 1
+    for k, c in enumerate(chars):
+        if c not in _HALF_MARKS:
+            continue
+        before = text[k - 1] if k else ""
+        after = text[k + 1] if k < last else ""
+        if (before and _han_or_kana(before)) or (
+            after
+            and _han_or_kana(after)
+            and not (before.isascii() and (before.isalpha() or before.isspace()))
+        ):
+            chars[k] = c.translate(_FULL_WIDTH)
+    return "".join(chars)
 
 
 def _restore_spaces(

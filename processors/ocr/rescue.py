@@ -87,7 +87,12 @@ class LineRescue:
             chosen = [lines[i] for i in idx]
             batch = rec_mod.batch_tensor(chosen, widths[idx[0]], self.params, max_lines)
             probs = self._rec.run(batch)[: len(idx)]
-            decoded = rec_mod.ctc_greedy(probs, self._charset, self.params.space_min)
+            decoded = rec_mod.ctc_greedy(
+                probs,
+                self._charset,
+                self.params.space_min,
+                cjk_punctuation=self.params.cjk_punctuation,
+            )
             for i, result in zip(idx, decoded, strict=True):
                 out[i] = result
         return out

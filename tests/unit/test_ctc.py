@@ -15,6 +15,7 @@ from ocrstream.processors.ocr.rec import (
     batch_tensor,
     bucket_width,
     ctc_greedy,
+    full_width_marks,
     plan_batches,
 )
 
@@ -101,6 +102,34 @@ def test_a_dictionary_without_space_restores_none():
     rows = _probs([1, 0, 2], [0.9] * 3)[:, :4]
     rows[1, 3] = 0.3  # the last class is "c" here, not a space
     assert ctc_greedy(rows[None], no_space, space_min=0.1)[0][0] == "ab"
+
+
+@pytest.mark.parametrize(
+    ("read", "printed"),
+    [
+        ("中国,北京;上海:广州!深圳?", "中国，北京；上海：广州！深圳？"),
+        ("老李6814:鲁迅", "老李6814：鲁迅"),  # before a Chinese character, after a figure
+        ("カタカナ,ひらがな", "カタカナ，ひらがな"),
+        ("Note: 中文", "Note: 中文"),  # after a Latin letter, before a space: English
+        ("ID:中文", "ID:中文"),
+        ("会议 10:30 开始", "会议 10:30 开始"),
+        ("72.7%,增长", "72.7%，增长"),
+        ("Total: 1,250.00", "Total: 1,250.00"),
+        ("안녕하세요, 세계", "안녕하세요, 세계"),  # Korean takes the half-width marks
+        ("", ""),
+    ],
+)
+def test_marks_beside_chinese_or_japanese_take_their_full_width_forms(read: str, printed: str):
+    assert full_width_marks(read) == printed
+
+
+def test_ctc_gives_full_width_marks_only_when_asked():
+    charset = ("", "中", "国", ",", " ")
+    rows = _probs([1, 2, 3, 1], [0.9] * 4)[:, :5]
+    assert ctc_greedy(rows[None], charset)[0][0] == "中国,中"
+    ((text, conf),) = ctc_greedy(rows[None], charset, cjk_punctuation=True)
+    assert text == "中国，中"
+    assert conf == pytest.approx(ctc_greedy(rows[None], charset)[0][1])
 
 
 def test_ctc_rejects_wrong_rank():
@@ -264,3 +293,25 @@ def test_the_engine_restores_no_space_on_clean_lines_and_keys_the_cache_apart(oc
     assert [line.text for line in a.lines] == lines
     assert [line.confidence for line in a.lines] == [line.confidence for line in b.lines]
     assert ocr_engine.fingerprint("text") != greedy.fingerprint("text")
+
+
+def test_a_chinese_page_reads_with_its_full_width_marks(ocr_engine):
+    """A scanned-looking Chinese page (the a4-zh dev set's renderer): its commas, colons and
+    semicolons come back full-width as printed, so the raw text is as close to the page as
+    the normalised one (NFKC folds the two forms together); the page cache keys it apart."""
+    from ocrstream.bench import devsets
+    from ocrstream.bench.cer import page_cer
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    missing = devsets.requirements("a4-zh")
+    if missing:
+        pytest.skip(f"this machine cannot render Chinese pages: {'; '.join(missing)}")
+    data, truth = devsets.render_page("a4-zh", 9)  # 11 marks read half-width without it
+    assert any(mark in line.text for line in truth for mark in "，；：")
+    (page,) = ocr_engine.recognize([data])
+    raw = page_cer(page.lines, truth, normalised=False)
+    folded = page_cer(page.lines, truth, normalised=True)
+    assert raw.edits <= folded.edits + 2
+    assert raw.edits < 0.02 * raw.ref_chars
+    as_read = OcrEngine(ocr_engine.settings.model_copy(update={"rec_cjk_punctuation": False}))
+    assert ocr_engine.fingerprint("text") != as_read.fingerprint("text")
