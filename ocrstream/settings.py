@@ -248,9 +248,10 @@ class OcrSettings(BaseSettings):
     # A space the greedy CTC path lost is read back where the space class's probability
     # reached this on the blank steps between two characters (rec.ctc_greedy); 0: off.
     rec_space_min: float = Field(default=0.1, ge=0.0, le=1.0)
-    # ``,;:!?`` read beside Chinese or Japanese characters given their full-width forms, as
-    # those scripts print them (rec.full_width_marks); false: as the model read them.
-    rec_cjk_punctuation: bool = True
+    # Punctuation in the width of the script around it, as it is printed (rec.mark_widths):
+    # ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in a line of
+    # Latin text; false: as the model read it.
+    rec_mark_width: bool = True
     use_cls: bool = False
     fix_orientation: bool = False
     deskew: bool = False

@@ -460,7 +460,7 @@ class DevicePipeline:
             batch = rec_batch([crops[k] for k in idx], widths[idx[0]], rows=rows)
             probs = self.rec.run_torch(batch)[: len(idx)]
             decoded = rec_mod.ctc_greedy(
-                ctc_best(probs), self.charset, r.space_min, cjk_punctuation=r.cjk_punctuation
+                ctc_best(probs), self.charset, r.space_min, mark_width=r.mark_width
             )
             share = (time.perf_counter() - t) * 1000 / len(idx) + crop_share
             for j, k in enumerate(idx):

@@ -305,8 +305,8 @@ class OcrEngine:
             options["textsize"] = "outlines"
         if self.rec_params.space_min:  # only when on: pages cached before read again once
             options["rec_space_min"] = self.rec_params.space_min
-        if self.rec_params.cjk_punctuation:  # Chinese pages cached before read again once
-            options["rec_cjk_punctuation"] = True
+        if self.rec_params.mark_width:  # pages cached before read again once
+            options["rec_mark_width"] = True
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -578,7 +578,7 @@ class OcrEngine:
         """A rec batch's text and confidence per line, as the rec params say."""
         params = self.rec_params
         return rec_mod.ctc_greedy(
-            probs, self._charset, params.space_min, cjk_punctuation=params.cjk_punctuation
+            probs, self._charset, params.space_min, mark_width=params.mark_width
         )
 
     def _deskew(self, pages: list[_Page]) -> None:

@@ -55,9 +55,8 @@ class RecParams:
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
     space_min: float = 0.1
-    # ``,;:!?`` read beside Chinese or Japanese text given their full-width forms
-    # (full_width_marks); False: as the model read them.
-    cjk_punctuation: bool = True
+    # Punctuation in the width of the script around it (mark_widths); False: as read.
+    mark_width: bool = True
     # Shapes for a GPU (settings.OcrSettings.rec_shapes): widths padded up to WIDTH_LADDER
     # (then max_width) and a batch's lines up to a power of two (batch_rows), so that cuDNN
     # builds its plans for a few dozen shapes once, not for every new (lines, width).
@@ -73,7 +72,7 @@ class RecParams:
             max_batch_width=settings.rec_batch_pixels,
             crop_margin=model_margin if margin is None else margin,
             space_min=settings.rec_space_min,
-            cjk_punctuation=settings.rec_cjk_punctuation,
+            mark_width=settings.rec_mark_width,
             ladder=settings.rec_shape_ladder,
         )
 
@@ -197,7 +196,7 @@ def ctc_greedy(
     charset: Sequence[str],
     space_min: float = 0.0,
     *,
-    cjk_punctuation: bool = False,
+    mark_width: bool = False,
 ) -> list[tuple[str, float]]:
     """Greedy CTC over a batch (N × T × C): best class per step, repeats collapsed, blanks
     (class 0) dropped; confidence is the mean probability of the kept steps.
@@ -216,8 +215,8 @@ def ctc_greedy(
     instead of 14 and 50 receipts with 2,098 instead of 2,156 (docs/benchmarks.md). A
     restored space does not count in the confidence, which stays the model's own.
 
-    ``cjk_punctuation`` gives ``,;:!?`` read beside Chinese or Japanese text their full-width
-    forms (:func:`full_width_marks`).
+    ``mark_width`` puts punctuation in the width of the script around it (:func:`mark_widths`:
+    ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in Latin text).
     """
     if probs.ndim != 3:
         raise ValueError(f"CTC input must be N x T x C, not {probs.shape}")
@@ -254,40 +253,57 @@ def ctc_greedy(
             chars = _restore_spaces(chars, np.maximum.reduceat(gap[row], at)[:-1], space_min,
                                     charset)  # fmt: skip
         text = "".join(charset[c] if c < n_chars else "" for c in chars)
-        if cjk_punctuation:
-            text = full_width_marks(text)
+        if mark_width:
+            text = mark_widths(text)
         out.append((text, float(sums[row] / counts[row])))
     return out
 
 
-# The marks PP-OCR's rec reads in their half-width form where Chinese and Japanese print the
-# full-width one. The two glyphs are alike; only the room after the mark differs, and on the
-# held-out Chinese A4 pages v6 small read 71 of them half-width with the engine's taller line
-# crops (docs/benchmarks.md, session 26). Chinese and Japanese typesetting puts the full-width
-# form beside their characters (GB/T 15834; JIS X 4051); Korean, whose Hangul is as wide,
-# takes the half-width marks with spaces, so Hangul does not count here.
+# Punctuation in the width of the script around it. PP-OCR's rec reads ``,;:!?`` half-width
+# where Chinese and Japanese print the full-width form: the glyphs are alike, only the room
+# after the mark differs, and on the held-out Chinese A4 pages v6 small read 71 of them
+# half-width with the engine's taller line crops (docs/benchmarks.md, session 26). The other
+# way, it read ``（BLUE）`` on an English receipt. Chinese and Japanese typesetting puts the
+# full-width form beside their characters (GB/T 15834; JIS X 4051), Latin text the ASCII one.
+# Korean, whose Hangul is as wide, takes the half-width marks with spaces, so Hangul counts as
+# neither.
 _FULL_WIDTH = str.maketrans({",": "，", ";": "；", ":": "：", "!": "！", "?": "？"})
 _HALF_MARKS = frozenset(",;:!?")
+# full-width ASCII forms (U+FF01-FF5E) and the ideographic full stop and comma, as ASCII
+_HALF_WIDTH = str.maketrans({**{chr(o): chr(o - 0xFEE0) for o in range(0xFF01, 0xFF5F)},
+                             "。": ".", "、": ","})  # fmt: skip
+_WIDE_MARKS = frozenset(chr(o) for o in range(0xFF01, 0xFF5F)) | {"。", "、"}
 
 
 def _han_or_kana(c: str) -> bool:
-    """A Chinese character, kana, CJK punctuation or a full-width form."""
+    """A Chinese character or kana."""
     o = ord(c)
     return (
-        0x3000 <= o <= 0x30FF  # CJK symbols and punctuation, hiragana, katakana
+        0x3040 <= o <= 0x30FF  # hiragana, katakana
         or 0x3400 <= o <= 0x4DBF  # extension A
         or 0x4E00 <= o <= 0x9FFF  # unified ideographs
         or 0xF900 <= o <= 0xFAFF  # compatibility ideographs
-        or 0xFF01 <= o <= 0xFF60  # full-width forms
         or 0x20000 <= o <= 0x3FFFF  # extensions B and later
     )
 
 
-def full_width_marks(text: str) -> str:
-    """``text`` with each ``,;:!?`` in its full-width form where it follows a Chinese or
-    Japanese character (``中国,北京`` -> ``中国，北京``), or precedes one and follows neither a
-    Latin letter nor a space (``编号6814:鲁迅`` -> ``编号6814：鲁迅``; ``Note: 中文`` and
-    ``10:30`` stay)."""
+def _cjk_side(c: str) -> bool:
+    """Chinese or Japanese text: a character, kana, CJK punctuation or a full-width form."""
+    o = ord(c)
+    return _han_or_kana(c) or 0x3000 <= o <= 0x303F or 0xFF01 <= o <= 0xFF60
+
+
+def mark_widths(text: str) -> str:
+    """``text`` with its punctuation in the width of the script around it:
+
+    - each ``,;:!?`` full-width where it follows a Chinese or Japanese character
+      (``中国,北京`` -> ``中国，北京``), or precedes one and follows neither a Latin letter nor
+      a space (``编号6814:鲁迅`` -> ``编号6814：鲁迅``; ``Note: 中文`` and ``10:30`` stay);
+    - in a line with no Chinese character or kana at all, full-width ASCII forms and ``。、``
+      as ASCII (``（BLUE）`` -> ``(BLUE)``).
+    """
+    if not any(map(_han_or_kana, text)):
+        return text.translate(_HALF_WIDTH) if not _WIDE_MARKS.isdisjoint(text) else text
     if _HALF_MARKS.isdisjoint(text):
         return text
     chars = list(text)
@@ -297,9 +313,9 @@ def full_width_marks(text: str) -> str:
             continue
         before = text[k - 1] if k else ""
         after = text[k + 1] if k < last else ""
-        if (before and _han_or_kana(before)) or (
+        if (before and _cjk_side(before)) or (
             after
-            and _han_or_kana(after)
+            and _cjk_side(after)
             and not (before.isascii() and (before.isalpha() or before.isspace()))
         ):
             chars[k] = c.translate(_FULL_WIDTH)

@@ -91,7 +91,7 @@ class LineRescue:
                 probs,
                 self._charset,
                 self.params.space_min,
-                cjk_punctuation=self.params.cjk_punctuation,
+                mark_width=self.params.mark_width,
             )
             for i, result in zip(idx, decoded, strict=True):
                 out[i] = result

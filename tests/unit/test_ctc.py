@@ -15,7 +15,7 @@ from ocrstream.processors.ocr.rec import (
     batch_tensor,
     bucket_width,
     ctc_greedy,
-    full_width_marks,
+    mark_widths,
     plan_batches,
 )
 
@@ -117,17 +117,23 @@ def test_a_dictionary_without_space_restores_none():
         ("Total: 1,250.00", "Total: 1,250.00"),
         ("안녕하세요, 세계", "안녕하세요, 세계"),  # Korean takes the half-width marks
         ("", ""),
+        # Latin text, the other way
+        ("– FASTER CX5N （BLUE） 74C", "– FASTER CX5N (BLUE) 74C"),
+        ("RSK。", "RSK."),
+        ("TOTAL：１２.５０", "TOTAL:12.50"),
+        ("货物出门，忽不退还", "货物出门，忽不退还"),
+        ("（注）中文", "（注）中文"),
     ],
 )
-def test_marks_beside_chinese_or_japanese_take_their_full_width_forms(read: str, printed: str):
-    assert full_width_marks(read) == printed
+def test_marks_take_the_width_of_the_script_around_them(read: str, printed: str):
+    assert mark_widths(read) == printed
 
 
-def test_ctc_gives_full_width_marks_only_when_asked():
+def test_ctc_gives_mark_widths_only_when_asked():
     charset = ("", "中", "国", ",", " ")
     rows = _probs([1, 2, 3, 1], [0.9] * 4)[:, :5]
     assert ctc_greedy(rows[None], charset)[0][0] == "中国,中"
-    ((text, conf),) = ctc_greedy(rows[None], charset, cjk_punctuation=True)
+    ((text, conf),) = ctc_greedy(rows[None], charset, mark_width=True)
     assert text == "中国，中"
     assert conf == pytest.approx(ctc_greedy(rows[None], charset)[0][1])
 
@@ -295,7 +301,7 @@ def test_the_engine_restores_no_space_on_clean_lines_and_keys_the_cache_apart(oc
     assert ocr_engine.fingerprint("text") != greedy.fingerprint("text")
 
 
-def test_a_chinese_page_reads_with_its_full_width_marks(ocr_engine):
+def test_a_chinese_page_reads_with_its_mark_widths(ocr_engine):
     """A scanned-looking Chinese page (the a4-zh dev set's renderer): its commas, colons and
     semicolons come back full-width as printed, so the raw text is as close to the page as
     the normalised one (NFKC folds the two forms together); the page cache keys it apart."""
@@ -313,5 +319,5 @@ def test_a_chinese_page_reads_with_its_full_width_marks(ocr_engine):
     folded = page_cer(page.lines, truth, normalised=True)
     assert raw.edits <= folded.edits + 2
     assert raw.edits < 0.02 * raw.ref_chars
-    as_read = OcrEngine(ocr_engine.settings.model_copy(update={"rec_cjk_punctuation": False}))
+    as_read = OcrEngine(ocr_engine.settings.model_copy(update={"rec_mark_width": False}))
     assert ocr_engine.fingerprint("text") != as_read.fingerprint("text")
