@@ -10,6 +10,7 @@ docs/architecture.md ("Storage").
     {prefix}documents/{doc_id}/document.{json,txt,pdf,md}
     {prefix}documents/{doc_id}/figures/p{page}-{i}.png   layout mode: figure crops
     {prefix}documents/{doc_id}/viewer/{page_no:05d}.jpg   the web UI's page image, made once
+    {prefix}engine/auto-backend/{key}.json       ``auto``'s measured CPU backends, per machine kind
 
 Keys are pure functions of their inputs, so a replay overwrites instead of duplicating. A
 doc_id is the only part that comes from outside, and it is validated before it becomes a key.
@@ -31,6 +32,7 @@ _KEY_MAX_BYTES = 1024
 MAX_PAGE_NO = 99_999  # the layout's five digits
 DOCUMENT_FORMATS = ("json", "txt", "pdf", "md")
 _FIGURE = re.compile(r"figures/p[1-9][0-9]{0,4}-[1-9][0-9]{0,4}\.png")
+_CHOICE = re.compile(r"[0-9a-f]{24}\.json")
 
 
 class InvalidUriError(PoisonError):
@@ -153,6 +155,13 @@ class Keys:
     def revisions_prefix(self, doc_id: str) -> str:
         """Every kept earlier revision of one document (``rev-{n}/`` under it)."""
         return f"{self.documents_prefix(doc_id)}rev-"
+
+    def engine_choice(self, name: str) -> str:
+        """``auto``'s measured backend choice kept for every worker on the same kind of CPU,
+        threads and models (``name``: its engine-cache file name, ``<24 hex>.json``)."""
+        if not _CHOICE.fullmatch(name):
+            raise ValueError(f"not an auto-backend file name: {name!r}")
+        return f"{self.prefix}engine/auto-backend/{name}"
 
     def reprocess_prefix(self, run: str) -> str:
         """What one ``ocrstream reprocess`` run recorded (its plan, what it submitted)."""

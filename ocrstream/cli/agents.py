@@ -107,6 +107,7 @@ def ocr_worker(metrics_port: int | None, pool: str | None, shadow: bool,
     from ocrstream.schemas.codec import Codec
     from ocrstream.settings import KafkaSettings, LimitsSettings, WorkerPool, WorkerSettings
     from ocrstream.storage import parse_s3_uri
+    from ocrstream.storage.engine_cache import StoredChoices
     from ocrstream.streams.metrics import process_metrics, serve
     from ocrstream.streams.worker import OcrWorker
 
@@ -118,9 +119,13 @@ def ocr_worker(metrics_port: int | None, pool: str | None, shadow: bool,
         settings = settings.model_copy(update={"pool": chosen})
     serve(settings.metrics_port if metrics_port is None else metrics_port)
     try:
-        engine = _with_rescue(OcrEngine(_engine_settings(settings.pool, model)), settings.pool)
         # Few retries inside the store: the worker itself backs off and pauses the partition.
         store = _store(retries=1)
+        # auto's measured backends kept in the store: the first worker on a kind of node
+        # measures, the others (a pod's engine cache starts empty) read its answer
+        shared = StoredChoices(store)
+        engine = OcrEngine(_engine_settings(settings.pool, model), shared_choices=shared)
+        engine = _with_rescue(engine, settings.pool)
     except FatalError as e:
         raise click.ClickException(f"{e.code}: {e}") from e
 

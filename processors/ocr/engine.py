@@ -65,6 +65,7 @@ from ocrstream.processors.ocr.backends import (
     stage_precision,
 )
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
+from ocrstream.processors.ocr.backends.choice import SharedChoices
 from ocrstream.processors.ocr.geometry import (
     NEIGHBOUR_OVERLAP,
     grow_for_rec,
@@ -144,13 +145,16 @@ class OcrEngine:
         models: ModelSet | None = None,
         det_params: det_mod.DetParams | None = None,
         rec_params: rec_mod.RecParams | None = None,
+        shared_choices: SharedChoices | None = None,
     ) -> None:
         self.settings = settings = settings or OcrSettings()
         self.models = models or load_model_set(settings.model, settings.model_dir)
         # det (and cls, orientation, layout) on one backend, rec on another when ``auto``
         # measured that faster on this machine (backends.choice).
         stages = (
-            {"det": backend, "rec": backend} if backend else create_stages(settings, self.models)
+            {"det": backend, "rec": backend}
+            if backend
+            else create_stages(settings, self.models, shared_choices)
         )
         self._backend, self._rec_backend = stages["det"], stages["rec"]
         self.det_params = det_params or det_mod.DetParams(

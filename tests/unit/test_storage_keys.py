@@ -85,6 +85,11 @@ def test_keys_reject_what_would_break_the_layout() -> None:
     with pytest.raises(InvalidDocIdError):
         keys.document("../x", "json")
     assert keys.source("doc", ".PDF") == "scans/doc/source.pdf"
+    name = "0123456789abcdef01234567.json"
+    assert Keys("env/prod").engine_choice(name) == f"env/prod/engine/auto-backend/{name}"
+    for bad_name in ("../documents/x/document.json", "abc.json", name.upper()):
+        with pytest.raises(ValueError, match="auto-backend"):
+            keys.engine_choice(bad_name)
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,7 @@ from ocrstream.processors.ocr.backends.base import Backend, InferSession, ModelK
 from ocrstream.settings import OcrBackend, OcrSettings
 
 if TYPE_CHECKING:
+    from ocrstream.processors.ocr.backends.choice import SharedChoices
     from ocrstream.processors.ocr.models import ModelSet
     from ocrstream.processors.ocr.rec import RecParams
 
@@ -151,10 +152,13 @@ def create(settings: OcrSettings, models: ModelSet | None = None) -> Backend:
     return create_stages(settings, models)["det"]
 
 
-def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict[str, Backend]:
+def create_stages(
+    settings: OcrSettings, models: ModelSet | None = None, shared: SharedChoices | None = None
+) -> dict[str, Backend]:
     """The backend for each stage, ``det`` (also cls, orientation and layout) and ``rec``: the
     one the settings name, or for ``auto`` on the CPU the ones measured fastest on this
-    machine (:func:`.choice.choose`, kept in the engine cache after the first time)."""
+    machine (:func:`.choice.choose`, kept in the engine cache after the first time, and in
+    ``shared`` for other machines)."""
     key = resolve(settings)
     fp32_rec = settings.precision == "int8" and OcrBackend(settings.backend) is OcrBackend.AUTO
     if fp32_rec:
@@ -171,7 +175,7 @@ def create_stages(settings: OcrSettings, models: ModelSet | None = None) -> dict
     models = models or load_model_set(settings.model, settings.model_dir)
     # the int8 profile reads rec's choice from the default precision's measurement
     measured = settings.model_copy(update={"precision": "fp16"}) if fp32_rec else settings
-    found = choose(measured, models)
+    found = choose(measured, models, shared=shared)
     stages = dict(found.stages)
     if fp32_rec:
         # The int8 profile with an fp32 rec: INT8 det on OpenVINO, rec where ``auto``

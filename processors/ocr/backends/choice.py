@@ -54,6 +54,14 @@ line's confidence moved by 0.0014 on average (p99 0.019); on a Xeon without AMX 
 (docs/benchmarks.md). Results name the stages that ran in bf16 and the page cache keys them
 apart.
 
+**Shared between machines.** Kubernetes pods start with an empty engine cache, and a worker
+that measures first would read its first page ~11 s after it started, on every scale-out. A
+worker given a :class:`SharedChoices` (the object store: ``ocrstream.storage.engine_cache``)
+looks there after its own cache, under the same file name (the key), and keeps what it
+measures there too: the first worker on a kind of CPU, thread count and models measures, the
+others read its answer. A shared file is checked as a kept one is; a store that cannot be
+read or written is logged and the worker measures as before.
+
 **Before the first measurement.** The measurement costs about as much as reading 30 receipts
 (10.7 s on a 2-vCPU Zen 5, v6 small: three candidates per stage, five runs each). A process
 whose settings say ``auto_measure=False`` and that finds no choice kept runs on
@@ -82,7 +90,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -136,6 +144,20 @@ FOLDER = "auto-backend"
 PROVISIONAL = {"det": "openvino", "rec": "onnxruntime"}
 
 Loader = Callable[[str, str], InferSession]  # (backend key, stage) -> a loaded session
+
+
+class SharedChoices(Protocol):
+    """Choices kept where other machines find them, by file name (``<key[:24]>.json``)."""
+
+    def fetch(self, name: str) -> bytes | None:
+        """The file's bytes; None when there is none."""
+        ...
+
+    def keep(self, name: str, data: bytes) -> None: ...
+
+    def where(self, name: str) -> str:
+        """Where the file is kept, for the log."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,11 +278,24 @@ def cache_path(cache_dir: Path, key: str) -> Path:
 def read_cached(path: Path, key: str, candidates: tuple[str, ...]) -> Choice | None:
     """The choice kept at ``path`` if it is whole, of this format and for this key."""
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except OSError as e:
         log.warning("auto backend: ignoring unreadable %s (%s); measuring again", path, e)
+        return None
+    return parse_kept(text, path, key, candidates, str(path))
+
+
+def parse_kept(
+    text: str | bytes, path: Path, key: str, candidates: tuple[str, ...], where: str
+) -> Choice | None:
+    """A kept choice's file (read from ``where``) if it is whole, of this format and for
+    this key; its :attr:`Choice.path` is ``path``."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        log.warning("auto backend: ignoring unreadable %s (%s); measuring again", where, e)
         return None
     try:
         if data["format"] != FORMAT or data["key"] != key:
@@ -277,13 +312,13 @@ def read_cached(path: Path, key: str, candidates: tuple[str, ...]) -> Choice | N
             for stage in STAGES
         }
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        log.warning("auto backend: ignoring %s (%s); measuring again", path, e)
+        log.warning("auto backend: ignoring %s (%s); measuring again", where, e)
         return None
     return Choice(stages, seconds, fields, measured=False, took_s=0.0, path=path,
                   new_shape_seconds=new)  # fmt: skip
 
 
-def _write(choice: Choice, key: str) -> None:
+def _encode(choice: Choice, key: str) -> str:
     data = {
         "format": FORMAT,
         "key": key,
@@ -294,9 +329,45 @@ def _write(choice: Choice, key: str) -> None:
         "took_s": round(choice.took_s, 3),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    tmp = choice.path.with_name(f".{choice.path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(choice.path)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _from_shared(
+    shared: SharedChoices, path: Path, key: str, candidates: tuple[str, ...], writable: bool
+) -> Choice | None:
+    """The choice another machine kept in ``shared`` for this key, kept here too."""
+    where = shared.where(path.name)
+    try:
+        data = shared.fetch(path.name)
+    except Exception as e:  # noqa: BLE001 - any store failure: measure here instead
+        log.warning("auto backend: cannot read %s (%s); measuring here", where, e)
+        return None
+    if data is None:
+        return None
+    found = parse_kept(data, path, key, candidates, where)
+    if found is None:
+        return None
+    if writable:
+        try:
+            _write(path, data.decode())
+        except (OSError, UnicodeDecodeError) as e:
+            log.warning("auto backend: cannot write %s (%s)", path, e)
+    stages = found.stages
+    log.info("auto backend from %s: det %s, rec %s", where, stages["det"], stages["rec"])
+    return found
+
+
+def _share(shared: SharedChoices, name: str, text: str) -> None:
+    try:
+        shared.keep(name, text.encode())
+    except Exception as e:  # noqa: BLE001 - the choice stands; others measure for themselves
+        log.warning("auto backend: cannot keep the choice in %s (%s)", shared.where(name), e)
 
 
 @contextlib.contextmanager
@@ -324,8 +395,10 @@ def choose(
     *,
     remeasure: bool = False,
     loader: Loader | None = None,
+    shared: SharedChoices | None = None,
 ) -> Choice:
-    """The backend per stage for these settings and models: kept, else measured and kept."""
+    """The backend per stage for these settings and models: kept here (or in ``shared``),
+    else measured and kept (in both)."""
     candidates = installed()
     fields = machine(settings, models, candidates)
     key = cache_key(fields)
@@ -336,6 +409,10 @@ def choose(
             if cached is not None:
                 log.debug("auto backend from %s: %s", path, cached.stages)
                 return cached
+        if not remeasure and shared is not None:
+            found = _from_shared(shared, path, key, candidates, writable)
+            if found is not None:
+                return found
         if not settings.auto_measure and not remeasure:
             return provisional(fields, candidates, path)
         start = time.perf_counter()
@@ -350,11 +427,14 @@ def choose(
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path,
                         new_shape_seconds=new)  # fmt: skip
+        text = _encode(choice, key)
         if writable:
             try:
-                _write(choice, key)
+                _write(path, text)
             except OSError as e:
                 log.warning("auto backend: cannot write %s (%s)", path, e)
+        if shared is not None:
+            _share(shared, path.name, text)
     log.info(
         "auto backend measured in %.1f s on %s, %d threads: det %s (%s), rec %s (%s); kept in %s",
         took, fields["cpu"], fields["threads"], stages["det"], _times(seconds["det"]),
