@@ -235,14 +235,14 @@ def worker_first_result(page: Path, cfg: BenchConfig, repeats: int = 3) -> dict[
 
 def format_whole(runs: Sequence[WholeRun], worker: dict[str, Any] | None) -> str:
     rows = ["== whole process (start-up included; median of the timed runs)"]
-    head = f"{'engine':<13} {'pages':>5} {'wall s':>8} {'pages/s':>8}  command"
+    head = f"{'engine':<14} {'pages':>5} {'wall s':>8} {'pages/s':>8}  command"
     rows += [head, "-" * len(head)]
     for r in runs:
         if r.error:
-            rows.append(f"{r.engine:<13} {r.pages:>5} error: {r.error}")
+            rows.append(f"{r.engine:<14} {r.pages:>5} error: {r.error}")
             continue
         rate = r.pages / r.median_s if r.median_s else 0.0
-        rows.append(f"{r.engine:<13} {r.pages:>5} {r.median_s:>8.2f} {rate:>8.3f}  {r.command}")
+        rows.append(f"{r.engine:<14} {r.pages:>5} {r.median_s:>8.2f} {rate:>8.3f}  {r.command}")
     for n in sorted({r.pages for r in runs}):
         for name in ("ocrstream", NEW_MACHINE):
             ours = next((r for r in runs if r.engine == name and r.pages == n), None)

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from ocrstream.cli import main
 from ocrstream.errors import FatalError
+from ocrstream.settings import OcrSettings
 from tests.fakes.engines import cer, render_text_page, scan_noise
 
 LINES = ["Quarterly report 2024", "Revenue grew by 12.5 percent"]
@@ -249,16 +250,26 @@ def test_layout_markdown_to_a_folder_writes_the_figure_crops_it_links(
     assert crop.shape[1] > 300  # the picture, at 150 DPI
 
 
-def test_one_page_skips_the_det_warm_up_that_more_pages_pay_for(
-    monkeypatch: pytest.MonkeyPatch, ocr_engine, scan: Path, pdf: Path, tmp_path: Path
-) -> None:
-    seen: list[bool] = []
+@pytest.fixture
+def engine_settings(monkeypatch: pytest.MonkeyPatch, ocr_engine) -> list[OcrSettings]:
+    """The settings each ``ocrstream ocr`` run builds its engine with (the real engine)."""
+    seen: list[OcrSettings] = []
 
-    def engine(settings):  # type: ignore[no-untyped-def]
-        seen.append(settings.det_warmup)
+    def engine(settings: OcrSettings):  # type: ignore[no-untyped-def]
+        seen.append(settings)
         return ocr_engine
 
     monkeypatch.setattr("ocrstream.cli.ocr.make_engine", engine)
+    return seen
+
+
+def test_one_page_skips_the_det_warm_up_that_more_pages_pay_for(
+    monkeypatch: pytest.MonkeyPatch,
+    engine_settings: list[OcrSettings],
+    scan: Path,
+    pdf: Path,
+    tmp_path: Path,
+) -> None:
     monkeypatch.delenv("OCRSTREAM_OCR_DET_WARMUP", raising=False)
     other = tmp_path / "other.jpg"
     other.write_bytes(scan.read_bytes())
@@ -266,23 +277,19 @@ def test_one_page_skips_the_det_warm_up_that_more_pages_pay_for(
         assert CliRunner().invoke(main, ["ocr", *args]).exit_code == 0
     monkeypatch.setenv("OCRSTREAM_OCR_DET_WARMUP", "true")  # said by the user: kept
     assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
-    assert seen == [False, True, True, True]
+    assert [s.det_warmup for s in engine_settings] == [False, True, True, True]
 
 
 def test_a_short_job_runs_auto_without_measuring_and_a_long_one_measures(
-    monkeypatch: pytest.MonkeyPatch, ocr_engine, scan: Path, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
+    engine_settings: list[OcrSettings],
+    scan: Path,
+    tmp_path: Path,
 ) -> None:
     """``auto``'s measurement costs as much as reading tens of pages: a shorter job skips it
     (backends.choice.PROVISIONAL), a job of AUTO_MEASURE_PAGES pages or more measures."""
     from ocrstream.cli.ocr import AUTO_MEASURE_PAGES
 
-    seen: list[bool] = []
-
-    def engine(settings):  # type: ignore[no-untyped-def]
-        seen.append(settings.auto_measure)
-        return ocr_engine
-
-    monkeypatch.setattr("ocrstream.cli.ocr.make_engine", engine)
     monkeypatch.delenv("OCRSTREAM_OCR_AUTO_MEASURE", raising=False)
     long_pdf = tmp_path / "long.pdf"
     doc = pymupdf.open()
@@ -294,4 +301,4 @@ def test_a_short_job_runs_auto_without_measuring_and_a_long_one_measures(
         assert CliRunner().invoke(main, ["ocr", "--skip-text", *args]).exit_code == 0
     monkeypatch.setenv("OCRSTREAM_OCR_AUTO_MEASURE", "true")  # said by the user: kept
     assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
-    assert seen == [False, True, True]
+    assert [s.auto_measure for s in engine_settings] == [False, True, True]
