@@ -459,6 +459,8 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
     if engine in ("ocrstream", "ocrstream-int8"):
         extra = " device-pipeline" if cfg.device_pipeline else ""
         extra += " int8" if engine == "ocrstream-int8" else ""
+        if cfg.precision != "fp16" and engine == "ocrstream":  # fp16: the default
+            extra += f" {cfg.precision}"
         return (
             f"{cfg.backend}/{cfg.device}{extra} {cfg.model} batch={cfg.batch} "
             f"threads={cfg.threads} x{processes}"

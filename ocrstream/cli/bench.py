@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import click
 
-from ocrstream.settings import OcrBackend
+from ocrstream.settings import OcrBackend, OcrSettings
 
 
 class _BenchGroup(click.Group):
@@ -94,9 +94,9 @@ def bench() -> None:
 @click.option("--device", default="cpu", show_default=True)
 @click.option(
     "--precision",
-    default="fp16",
-    show_default=True,
-    help="GPU precision (fp16|bf16|fp32); the CPU always runs fp32 unless bf16.",
+    default=None,
+    help="fp16 (reduced precision where the device has it: on a CPU with bf16, where auto "
+    "measured it faster), fp32, bf16 or int8 [OCRSTREAM_OCR_PRECISION, else fp16].",
 )
 @click.option("--batch", type=int, default=8, show_default=True, help="Pages per engine call.")
 @click.option(
@@ -187,7 +187,7 @@ def engine(
     backend: str,
     model: str,
     device: str,
-    precision: str,
+    precision: str | None,
     batch: int,
     threads: int | None,
     processes: int,
@@ -229,7 +229,9 @@ def engine(
         backend=backend,
         model=model,
         device=device,
-        precision=precision,
+        # the environment's, as the engine's own settings take it (an explicit default here
+        # once overrode OCRSTREAM_OCR_PRECISION=fp32 without a word: docs/benchmarks.md)
+        precision=precision or OcrSettings().precision,
         batch=batch,
         threads=threads,
         processes=processes,

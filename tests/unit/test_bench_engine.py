@@ -433,3 +433,34 @@ def test_every_result_names_the_cpu_even_where_a_vm_hides_its_model(
 def test_a_cpu_without_a_model_name_is_named_by_the_platform() -> None:
     assert describe_cpu(GRAVITON) in {platform.processor(), platform.machine()}
     assert describe_cpu("")
+
+
+def test_the_engine_runs_in_the_precision_the_environment_names_unless_the_flag_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OCRSTREAM_OCR_PRECISION=fp32 ocrstream bench engine`` measures fp32 (a flag default
+    once replaced it with fp16 unseen), and the report's setup says so."""
+    import ocrstream.bench.engine as be
+    from ocrstream.cli import main
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "p.png").write_bytes(b"")
+    seen: list[BenchConfig] = []
+
+    def fake_run(engine: str, cfg: BenchConfig, samples: list, processes: int) -> object:
+        seen.append(cfg)
+        return EngineRun(engine=engine, setup=be._setup(engine, cfg, processes), pages=1,
+                         wall_s=1.0), {}  # fmt: skip
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    args = ["bench", "engine", "--dataset", str(tmp_path / "a"), "--engines", "ocrstream"]
+    monkeypatch.setenv("OCRSTREAM_OCR_PRECISION", "fp32")
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "ocrstream" in result.output
+    assert " fp32 " in result.output  # in the setup column
+    assert CliRunner().invoke(main, [*args, "--precision", "bf16"]).exit_code == 0
+    monkeypatch.delenv("OCRSTREAM_OCR_PRECISION")
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert [cfg.precision for cfg in seen] == ["fp32", "bf16", "fp16"]
