@@ -459,9 +459,7 @@ class DevicePipeline:
             rows = rec_mod.batch_rows(len(idx), self.rec_batch, r)
             batch = rec_batch([crops[k] for k in idx], widths[idx[0]], rows=rows)
             probs = self.rec.run_torch(batch)[: len(idx)]
-            decoded = rec_mod.ctc_greedy(
-                ctc_best(probs), self.charset, r.space_min, mark_width=r.mark_width
-            )
+            decoded = rec_mod.decode(ctc_best(probs), self.charset, r)
             share = (time.perf_counter() - t) * 1000 / len(idx) + crop_share
             for j, k in enumerate(idx):
                 pi, bi = owners[k]

@@ -580,10 +580,7 @@ class OcrEngine:
 
     def _decode_rec(self, probs: FloatArray) -> list[tuple[str, float]]:
         """A rec batch's text and confidence per line, as the rec params say."""
-        params = self.rec_params
-        return rec_mod.ctc_greedy(
-            probs, self._charset, params.space_min, mark_width=params.mark_width
-        )
+        return rec_mod.decode(probs, self._charset, self.rec_params)
 
     def _deskew(self, pages: list[_Page]) -> None:
         for page in pages:

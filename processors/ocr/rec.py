@@ -77,6 +77,13 @@ class RecParams:
         )
 
 
+def decode(probs: FloatArray, charset: Sequence[str], params: RecParams) -> list[tuple[str, float]]:
+    """A rec batch's text and confidence per line, decoded as ``params`` say (:func:`ctc_greedy`
+    with their restored spaces and punctuation widths): the one decoding of the engine, the
+    line rescue and the device pipeline."""
+    return ctc_greedy(probs, charset, params.space_min, mark_width=params.mark_width)
+
+
 def resized_width(crop_h: int, crop_w: int, params: RecParams) -> int:
     """The width the crop takes at the model's height, before padding."""
     w = math.ceil(params.height * crop_w / max(1, crop_h))

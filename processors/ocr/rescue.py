@@ -87,12 +87,7 @@ class LineRescue:
             chosen = [lines[i] for i in idx]
             batch = rec_mod.batch_tensor(chosen, widths[idx[0]], self.params, max_lines)
             probs = self._rec.run(batch)[: len(idx)]
-            decoded = rec_mod.ctc_greedy(
-                probs,
-                self._charset,
-                self.params.space_min,
-                mark_width=self.params.mark_width,
-            )
+            decoded = rec_mod.decode(probs, self._charset, self.params)
             for i, result in zip(idx, decoded, strict=True):
                 out[i] = result
         return out
