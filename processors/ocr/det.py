@@ -180,13 +180,17 @@ def normalise(
     if out is None:
         out = np.empty((3, rh, rw), np.float32)
     padded = out.shape[1:] != (rh, rw)  # a slot of padded_shape: white around the page
+    # looked up into a whole array: OpenCV's LUT into a strided view of the slot was slower
+    # (33.7 against 27.9 ms for an A4 page into a 1792 x 1280 slot, Zen 4)
     page = np.empty((3, rh, rw), np.float32) if padded else out
     for c, plane in enumerate(cv2.split(resized)):
         cv2.LUT(plane, tables[c], dst=page[c])
     if padded:
-        for c in range(3):
-            out[c] = tables[c][255, 0]
         out[:, :rh, :rw] = page
+        for c in range(3):  # only the margins: below the page and to its right
+            white = tables[c][255, 0]
+            out[c, rh:, :] = white
+            out[c, :rh, rw:] = white
     return out
 
 
