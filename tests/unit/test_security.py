@@ -315,14 +315,17 @@ def test_no_pickle_anywhere_in_the_package() -> None:
 
 
 def test_faust_serializes_nothing_with_pickle() -> None:
-    """Topics are raw bytes (our Avro codec decodes them), tables and changelogs json."""
+    """Topics are raw bytes (our Avro codec decodes them), tables and changelogs json.
+    The apps are built, not run: no broker is asked for partitions or topics."""
     import ocrstream.streams.assembler as assembler
     import ocrstream.streams.splitter as splitter
 
     kafka = KafkaSettings(topic_prefix="security-")
     store = ObjectStore(S3Settings())
     with mock.patch.object(splitter, "topic_partitions", return_value=4), \
-         mock.patch.object(assembler, "topic_partitions", return_value=4):  # fmt: skip
+         mock.patch.object(assembler, "topic_partitions", return_value=4), \
+         mock.patch.object(splitter, "declare_internal_topics"), \
+         mock.patch.object(assembler, "declare_internal_topics"):  # fmt: skip
         apps = [
             splitter.build_splitter(kafka, store, SplitterSettings(), LimitsSettings(), Metrics()),
             assembler.build_assembler(kafka, store, AssemblerSettings(), LimitsSettings(),
