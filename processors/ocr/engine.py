@@ -532,11 +532,12 @@ class OcrEngine:
         """Recognise line crops already at the model's height: width-bucketed batches, run
         side by side when the rec session allows it, the costliest first."""
         params = self.rec_params
+        max_lines = self.settings.rec_batch_lines
+        if self._pool is None and self._side_by_side is None:
+            return rec_mod.read_lines(self._rec, lines, self._charset, params, max_lines)
         widths = [rec_mod.bucket_width(line.shape[1], params) for line in lines]
         streams = 1 if self._pool is None else int(getattr(self._rec, "concurrency", 1))
-        batches = rec_mod.plan_streams(widths, self.settings.rec_batch_lines, params, streams)
-
-        max_lines = self.settings.rec_batch_lines
+        batches = rec_mod.plan_streams(widths, max_lines, params, streams)
 
         def fill(idx: list[int]) -> FloatArray:
             return rec_mod.batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)

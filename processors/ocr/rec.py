@@ -27,6 +27,7 @@ from ocrstream.processors.ocr.geometry import VERTICAL_RATIO, Quad, crop_quad, q
 from ocrstream.processors.ocr.models import REC_CROP_MARGIN
 
 if TYPE_CHECKING:
+    from ocrstream.processors.ocr.backends.base import InferSession
     from ocrstream.settings import OcrSettings
 
 ImageBGR = npt.NDArray[np.uint8]
@@ -196,6 +197,26 @@ def plan_streams(
         batches = [batches[0][:half], batches[0][half:]]
     batches.sort(key=lambda idx: -len(idx) * widths[idx[0]])
     return batches
+
+
+def read_lines(
+    session: InferSession,
+    lines: Sequence[ImageBGR],
+    charset: Sequence[str],
+    params: RecParams,
+    max_lines: int,
+) -> list[tuple[str, float]]:
+    """Text and confidence of line crops already at the model's height, in their order: their
+    width-bucketed batches (:func:`plan_batches`) run one after the other on ``session`` and
+    decoded (:func:`decode`). The engine's rec on one stream and the line rescue's."""
+    widths = [bucket_width(line.shape[1], params) for line in lines]
+    out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
+    for idx in plan_batches(widths, max_lines, params):
+        batch = batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
+        decoded = decode(session.run(batch)[: len(idx)], charset, params)
+        for i, result in zip(idx, decoded, strict=True):
+            out[i] = result
+    return out
 
 
 def ctc_greedy(

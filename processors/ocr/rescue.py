@@ -80,17 +80,9 @@ class LineRescue:
     def read(self, lines: Sequence[Any]) -> list[tuple[str, float]]:
         """Text and confidence of lines cut at the model's height (BGR, ``rec.crop_line``),
         in their order."""
-        widths = [rec_mod.bucket_width(line.shape[1], self.params) for line in lines]
-        out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
-        max_lines = self.settings.rec_batch_lines
-        for idx in rec_mod.plan_batches(widths, max_lines, self.params):
-            chosen = [lines[i] for i in idx]
-            batch = rec_mod.batch_tensor(chosen, widths[idx[0]], self.params, max_lines)
-            probs = self._rec.run(batch)[: len(idx)]
-            decoded = rec_mod.decode(probs, self._charset, self.params)
-            for i, result in zip(idx, decoded, strict=True):
-                out[i] = result
-        return out
+        return rec_mod.read_lines(
+            self._rec, lines, self._charset, self.params, self.settings.rec_batch_lines
+        )
 
     def rescue(self, image: Any, page: PageOCR) -> PageOCR:
         """``page`` with its lines under ``below`` re-read from ``image`` (as the engine saw
