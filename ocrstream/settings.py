@@ -278,7 +278,7 @@ class OcrSettings(BaseSettings):
     # (`ocrstream ocr` on one file skips it).
     det_warmup: bool = True
     # `auto` on the CPU where no choice is kept yet for this machine, thread count and model
-    # (backends.choice): true measures the backends (~11 s on 2 cores) and keeps the answer for
+    # (backends.choice): true measures the backends (5-10 s on 2 cores) and keeps the answer for
     # every later process; false runs this process on the provisional choice
     # (choice.PROVISIONAL) and keeps nothing. `ocrstream ocr` sets it false for a job of fewer
     # pages than the measurement costs (cli/ocr.py, AUTO_MEASURE_PAGES).

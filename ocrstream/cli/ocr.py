@@ -255,10 +255,12 @@ def ocr(
 
 
 # `auto` measures the CPU backends when no choice is kept for this machine yet (backends.choice:
-# 10.7 s on a 2-vCPU Zen 5, about 30 receipts' or 15 A4 pages' reading), then keeps it. A run of
-# fewer pages would spend more on the measurement than it could save (the provisional choice
-# read 0-40% slower a page there), so it runs on the provisional choice and keeps nothing:
-# a new user's first `ocrstream ocr` on a page takes a second, not twelve.
+# 9.5 s on a 2-vCPU Zen 4, v6 small: 20 receipts' or 8 A4 pages' reading in bf16, 12 or 4 in
+# the provisional fp32), then keeps it. A run of fewer pages would spend more on the
+# measurement than it could save (the provisional choice read 0-40% slower a page there; on
+# that Zen 4, 25 receipts with an empty engine cache took 21.1-21.9 s on it and 23.6-23.9 s
+# measuring first), so it runs on the provisional choice and keeps nothing: a new user's first
+# `ocrstream ocr` on a page takes a second or two, not twelve.
 AUTO_MEASURE_PAGES = 50
 
 

@@ -29,6 +29,11 @@ shape per width bucket. On a Zen 5 that sent v6 small's rec from onnxruntime to 
 bf16, whose new shapes had counted once per (lines, width) before. Each stage takes the faster
 backend; the engine loads det (and cls, orientation, layout) on det's and rec on rec's.
 
+A candidate that a round leaves more than :data:`DROP_ABOVE` times slower than the stage's
+fastest sits out the rounds after, and a stage with one candidate left stops there: on a Zen 4
+bf16 ran det and rec ~1.6x faster than either fp32 backend, and the second round, which could
+not change that answer, was a third of the measurement's 15 s.
+
 The input's size decides the answer, so it must be the engine's: on a 2-vCPU AMD EPYC
 (Zen 3) onnxruntime ran a 512×384 det input in 37 ms against OpenVINO's 55, while on the
 1,600×1,120 input every A4 page and receipt gets OpenVINO took 419 ms against 761
@@ -55,20 +60,21 @@ line's confidence moved by 0.0014 on average (p99 0.019); on a Xeon without AMX 
 apart.
 
 **Shared between machines.** Kubernetes pods start with an empty engine cache, and a worker
-that measures first would read its first page ~11 s after it started, on every scale-out. A
+that measures first would read its first page 5-10 s after it started, on every scale-out. A
 worker given a :class:`SharedChoices` (the object store: ``ocrstream.storage.engine_cache``)
 looks there after its own cache, under the same file name (the key), and keeps what it
 measures there too: the first worker on a kind of CPU, thread count and models measures, the
 others read its answer. A shared file is checked as a kept one is; a store that cannot be
 read or written is logged and the worker measures as before.
 
-**Before the first measurement.** The measurement costs about as much as reading 30 receipts
-(10.7 s on a 2-vCPU Zen 5, v6 small: three candidates per stage, five runs each). A process
-whose settings say ``auto_measure=False`` and that finds no choice kept runs on
-:data:`PROVISIONAL` instead and keeps nothing: ``ocrstream ocr`` does so for a job of fewer
-pages than the measurement costs, so that a new user's first command on one page takes about
-a second, not twelve. The next worker, benchmark, ``engine calibrate`` or long ``ocrstream
-ocr`` measures and keeps the choice as before.
+**Before the first measurement.** The measurement costs about as much as reading 20 receipts
+(9.5 s on a 2-vCPU Zen 4, v6 small: three candidates per stage, bf16 far ahead in both after
+the first round; 15 s before candidates dropped out). A process whose settings say
+``auto_measure=False`` and that finds no choice kept runs on :data:`PROVISIONAL` instead and
+keeps nothing: ``ocrstream ocr`` does so for a job of fewer pages than the measurement costs,
+so that a new user's first command on one page takes about a second, not twelve. The next
+worker, benchmark, ``engine calibrate`` or long ``ocrstream ocr`` measures and keeps the
+choice as before.
 
 ``OCRSTREAM_OCR_BACKEND=openvino|onnxruntime`` forces a backend: nothing is measured then.
 """
@@ -134,6 +140,12 @@ REC_PAGE_LINES = (
     (1, 448), (1, 544), (1, 640), (1, 768), (1, 960), (1, 1280), (3, 1600),
 )  # fmt: skip
 ROUNDS = 2
+# After a round, a candidate whose time so far is more than this many times the stage's fastest
+# (and more than DROP_MARGIN_S behind it: timer noise on tiny runs) leaves the race. The same
+# candidate's time moved a few percent from round to round on a quiet machine, so a quarter
+# slower is no close race.
+DROP_ABOVE = 1.25
+DROP_MARGIN_S = 0.005
 FOLDER = "auto-backend"
 # What a process that may not measure runs on until a measurement is kept (settings
 # auto_measure=False): det on OpenVINO, rec on onnxruntime, both in fp32. Not a rule for
@@ -515,9 +527,10 @@ def measure(
     shapes: dict[str, list[tuple[int, ...]]],
     max_pixels: int,
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """Per stage and candidate (the same for every stage, or per stage): the best over
-    :data:`ROUNDS` of the time to run every input of ``shapes[stage]`` once warm, plus the
-    mean over the rounds of the time to run once each the inputs of :func:`new_shapes`, which
+    """Per stage and candidate (the same for every stage, or per stage): the best over the
+    rounds it ran (:data:`ROUNDS`, fewer once :data:`DROP_ABOVE` drops it or it is the last
+    left) of the time to run every input of ``shapes[stage]`` once warm, plus the mean over
+    those rounds of the time to run once each the inputs of :func:`new_shapes`, which
     no session has met before (random values: the time of these networks does not depend on
     them), weighed by :data:`NEW_SHAPE_WEIGHT`; and that second part alone, unweighed."""
     per_stage = candidates if isinstance(candidates, dict) else dict.fromkeys(STAGES, candidates)
@@ -529,14 +542,20 @@ def measure(
     }
     fresh = [new_shapes(shapes, n + 1, max_pixels) for n in range(ROUNDS)]
     best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
-    new: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
+    new_sum: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
+    rounds: dict[str, dict[str, int]] = {stage: {} for stage in STAGES}
+
+    def so_far(stage: str, k: str) -> float:
+        mean_new = new_sum[stage][k] / rounds[stage][k]
+        return best[stage][k] + NEW_SHAPE_WEIGHT[stage] * mean_new
+
     for stage in STAGES:
-        keys = per_stage[stage]
-        for k in keys:
+        racing = list(per_stage[stage])
+        for k in racing:
             _run(sessions[(k, stage)], inputs[stage])  # warm-up: first-shape compilation
         for n in range(ROUNDS):
             new_inputs = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in fresh[n][stage]]
-            order = keys if n % 2 == 0 else keys[::-1]
+            order = racing if n % 2 == 0 else racing[::-1]
             for k in order:
                 start = time.perf_counter()
                 _run(sessions[(k, stage)], inputs[stage])
@@ -544,16 +563,18 @@ def measure(
                 best[stage][k] = min(best[stage].get(k, took), took)
                 start = time.perf_counter()
                 _run(sessions[(k, stage)], new_inputs)
-                new[stage][k] = new[stage].get(k, 0.0) + (time.perf_counter() - start) / ROUNDS
-    total = {
-        stage: {
-            k: round(best[stage][k] + NEW_SHAPE_WEIGHT[stage] * new[stage][k], 4)
-            for k in per_stage[stage]
-        }
-        for stage in STAGES
-    }
+                took = time.perf_counter() - start
+                new_sum[stage][k] = new_sum[stage].get(k, 0.0) + took
+                rounds[stage][k] = rounds[stage].get(k, 0) + 1
+            fastest = min(so_far(stage, k) for k in racing)
+            bar = max(DROP_ABOVE * fastest, fastest + DROP_MARGIN_S)
+            racing = [k for k in racing if so_far(stage, k) <= bar]
+            if len(racing) == 1:
+                break
+    total = {stage: {k: round(so_far(stage, k), 4) for k in per_stage[stage]} for stage in STAGES}
     return total, {
-        stage: {k: round(new[stage][k], 4) for k in per_stage[stage]} for stage in STAGES
+        stage: {k: round(new_sum[stage][k] / rounds[stage][k], 4) for k in per_stage[stage]}
+        for stage in STAGES
     }
 
 
