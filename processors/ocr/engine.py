@@ -309,6 +309,7 @@ class OcrEngine:
             options["textsize"] = "outlines"
         if self.rec_params.space_min:  # only when on: pages cached before read again once
             options["rec_space_min"] = self.rec_params.space_min
+            options["rec_space_digits"] = "apart"  # none restored between two digits
         if self.rec_params.mark_width:  # pages cached before read again once
             options["rec_mark_width"] = True
         # only when set: the fingerprints of other engines stay as they were

@@ -237,11 +237,12 @@ def ctc_greedy(
     ``space_min`` > 0 puts back spaces that the greedy path lost: where two characters are
     separated only by blank steps and the space class's probability reached ``space_min`` on
     one of them, a space is read between the two (never beside another space, never at
-    either end, never in Chinese or Japanese: :func:`_restore_spaces`). PP-OCR's rec often
-    leaves the space after a comma, a full stop or a figure in second place behind the blank
-    (``balance,limited``); restored at 0.1, v6 small read the held-out English A4 with 7 edits
-    instead of 14 and 50 receipts with 2,098 instead of 2,156 (docs/benchmarks.md). A
-    restored space does not count in the confidence, which stays the model's own.
+    either end, never in Chinese or Japanese, never inside a figure: :func:`_restore_spaces`).
+    PP-OCR's rec often leaves the space after a comma, a full stop or a figure in second place
+    behind the blank (``balance,limited``); restored at 0.1, v6 small read the held-out English
+    A4 with 7 edits instead of 14 and 50 receipts with 2,098 instead of 2,156
+    (docs/benchmarks.md). A restored space does not count in the confidence, which stays the
+    model's own.
 
     ``mark_width`` puts punctuation in the width of the script around it (:func:`mark_widths`:
     ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in Latin text).
@@ -350,6 +351,10 @@ def mark_widths(text: str) -> str:
     return "".join(chars)
 
 
+# Between two of these a space is never restored (_restore_spaces)
+DIGITS = frozenset("0123456789")
+
+
 def _restore_spaces(
     chars: list[int], gaps: FloatArray, space_min: float, charset: Sequence[str]
 ) -> list[int]:
@@ -357,7 +362,10 @@ def _restore_spaces(
     best probability on the blank steps before character k + 1) reached ``space_min``: not
     beside a space, not beside a wide (CJK) character and not in a line mostly of them,
     whose scripts do not space words (on the Chinese pages these were a colon's width read as
-    a space, each one edit)."""
+    a space, each one edit), and not between two digits: there the space class rising is a
+    figure's own spacing (a narrow "1"), and figures read apart (``11 779``, ``4161 9``) were
+    most of v6 tiny's restored-space errors on small print, while a real gap between two
+    numbers is wide enough for the greedy path to read (docs/benchmarks.md, session 29)."""
     candidates = np.flatnonzero(gaps >= space_min)
     if candidates.size == 0:
         return chars
@@ -367,10 +375,13 @@ def _restore_spaces(
     if 2 * sum(wide) >= len(chars):
         return chars
     after = {int(k) for k in candidates}
+    digit = [c < n and charset[c] in DIGITS for c in chars]
     out: list[int] = []
     for k, c in enumerate(chars):
         out.append(c)
-        if k in after and c != sp and chars[k + 1] != sp and not (wide[k] or wide[k + 1]):
+        if k not in after or c == sp or chars[k + 1] == sp:
+            continue
+        if not (wide[k] or wide[k + 1] or (digit[k] and digit[k + 1])):
             out.append(sp)
     return out
 

@@ -83,6 +83,26 @@ def test_restored_spaces_never_double_or_pad_the_ends():
     assert ctc_greedy(repeat[None], CHARSET, space_min=0.1)[0][0] == "a a"
 
 
+def test_no_space_is_restored_inside_a_figure():
+    """A space class rising between two digits is the figure's own spacing: "11779" stays one
+    figure; between a digit and a letter, or after a full stop, the space comes back."""
+    charset = charset_from_lines(["1", "7", "9", ".", "a"])  # blank 1 7 9 . a space
+    one, seven, nine, stop, a = 1, 2, 3, 4, 5
+
+    def read(seq: list[int]) -> str:
+        probs = np.full((len(seq), len(charset)), 0.01, np.float32)
+        for t, c in enumerate(seq):
+            probs[t, c] = 0.9
+            if c == 0:
+                probs[t, len(charset) - 1] = 0.3  # the space second on every blank step
+        return str(ctc_greedy(probs[None], charset, space_min=0.1)[0][0])
+
+    assert read([one, 0, one, 0, seven, 0, seven, 0, nine]) == "11779"
+    assert read([nine, 0, a]) == "9 a"
+    assert read([a, 0, one]) == "a 1"
+    assert read([nine, stop, 0, seven]) == "9. 7"
+
+
 def test_compact_rows_with_the_space_column_decode_like_full_ones():
     spaced = _with_space([1, 0, 0, 2, 2, 0, 3], {1: 0.2, 5: 0.02})
     rows = np.stack([spaced, _probs([0] * 7, [0.9] * 7)])
