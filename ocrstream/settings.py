@@ -241,8 +241,8 @@ class OcrSettings(BaseSettings):
     # holding its own activations). Pairs with rec_shapes=ladder. Off until measured on a GPU.
     cuda_graphs: bool = False
     rec_height: int = 48
-    # Line crops for rec: this share of the det box's height taller above and below, never into
-    # the next line's box (processors/ocr/geometry.grow_for_rec); 0: the box as it is;
+    # Line crops for rec: this share of the det box's height taller above and below, unless
+    # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is;
     # None: the model set's own (processors/ocr/models.py, ModelSetSpec.rec_crop_margin).
     rec_crop_margin: float | None = Field(default=None, ge=0.0, le=0.5)
     # A space the greedy CTC path lost is read back where the space class's probability

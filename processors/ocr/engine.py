@@ -3,8 +3,8 @@
 One call runs every stage on the whole set of pages before the next stage starts:
 
 decode → (orientation) → (deskew) → det in same-shape batches → reading order → crop and
-rectify every line of every page (a few % of its box's height taller above and below, never
-into the next line's box: :func:`~ocrstream.processors.ocr.geometry.grow_for_rec`) → (line 0/180
+rectify every line of every page (4% of its box's height taller above and below, short of a
+line that close: :func:`~ocrstream.processors.ocr.geometry.grow_for_rec`) → (line 0/180
 classifier) → rec on width-bucketed batches
 drawn from all pages at once → CTC → lines below ``min_confidence`` dropped → for pages given
 as :class:`~ocrstream.processors.ocr.types.LayoutPage`, the layout model on the upright page
@@ -67,6 +67,7 @@ from ocrstream.processors.ocr.backends import (
 from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.backends.choice import SharedChoices
 from ocrstream.processors.ocr.geometry import (
+    NEIGHBOUR_OVERLAP,
     grow_for_rec,
     rotate_page,
     rotate_small,
@@ -300,8 +301,7 @@ class OcrEngine:
             # lines that shrink by up to 2:1 warped straight to rec's height, bilinear
             # (rec.crop_line; was a bicubic cut, then a resize)
             "rec_cut": "fused",
-            # grown up to the nearest line's box (was: unless it overlapped by over 0.2)
-            "rec_crop": repr((self.rec_params.crop_margin, "to the neighbour")),
+            "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
         }  # fmt: skip
         if self.det_params.line_height > 0 or self.det_params.max_line_height > 0:
             # the text-size estimate's blobs from outlines, 8-connected (was labelled,

@@ -75,31 +75,36 @@ def _lengths(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return np.sqrt((vectors * vectors).sum(axis=-1))
 
 
+# A crop side is not grown where the nearest line on that side already overlaps the line's box
+# by more than this share of its height: small print, where growing took in the next line's
+# descenders and rec read them as accents (docs/benchmarks.md, session 11).
+NEIGHBOUR_OVERLAP = 0.2
+
+
 def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) -> list[Quad]:
     """The page's line quads, each ``margin`` × its height taller above and below, for rec.
 
     DB boxes come out a little short of the text (a thin kernel grown back by unclip; on A4
     ~8% shorter than RapidOCR's, which dilates its bitmap): v6 small dropped spaces after
     commas and digits on English A4 and misread clipped ascenders on receipts. Only the crop
-    grows; the line's reported polygon stays the det box. A side grows up to the nearest box
-    on that side (above or below, sharing some of its x-range) and never into it: growing
-    into the next line took in its descenders and ascenders, which rec read as accents on
-    small print (``čounty``, ``śhall``; sessions 11 and 29 in docs/benchmarks.md). Vertical
-    lines are left as they are.
+    grows; the line's reported polygon stays the det box. A side whose neighbour (the nearest
+    box above or below that shares some of its x-range) already overlaps it by more than
+    ``NEIGHBOUR_OVERLAP`` of its height keeps its edge. Vertical lines are left as they are.
     """
     if margin <= 0 or not quads:
         return list(quads)
     q = np.asarray(quads, dtype=np.float32).reshape(-1, 4, 2)
     x0, y0 = q[:, :, 0].min(axis=1), q[:, :, 1].min(axis=1)
     x1, y1 = q[:, :, 0].max(axis=1), q[:, :, 1].max(axis=1)
-    cy = (y0 + y1) / 2
+    tall, cy = y1 - y0, (y0 + y1) / 2
     shares_x = (np.minimum(x1[:, None], x1[None, :]) - np.maximum(x0[:, None], x0[None, :])) > 0
     np.fill_diagonal(shares_x, False)
     above = shares_x & (cy[None, :] < cy[:, None])  # [i, j]: j is above i
     below = shares_x & (cy[None, :] > cy[:, None])
-    # the free space to the nearest box on each side (inf: none; 0: touching or overlapping)
-    room_up = np.maximum(0.0, y0 - np.where(above, y1[None, :], -np.inf).max(axis=1))
-    room_down = np.maximum(0.0, np.where(below, y0[None, :], np.inf).min(axis=1) - y1)
+    room_up = y0 - np.where(above, y1[None, :], -np.inf).max(axis=1)
+    room_down = np.where(below, y0[None, :], np.inf).min(axis=1) - y1
+    up = np.where(room_up > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
+    down = np.where(room_down > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
     # all quads at once, in float32 as a quad at a time would be (numpy's per-call overhead
     # on four points was most of this function's time)
     lengths = _edge_lengths(q)
@@ -107,10 +112,8 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     unit = (q[:, 3] - q[:, 0]) + (q[:, 2] - q[:, 1])
     norm = np.maximum(np.float32(1e-6), _lengths(unit))
     unit = unit / norm[:, None]
-    up = np.minimum(margin * h, room_up).astype(np.float32)
-    down = np.minimum(margin * h, room_down).astype(np.float32)
-    lift = unit * up[:, None]
-    drop = unit * down[:, None]
+    lift = unit * up.astype(np.float32)[:, None] * h[:, None]
+    drop = unit * down.astype(np.float32)[:, None] * h[:, None]
     grown = np.stack([q[:, 0] - lift, q[:, 1] - lift, q[:, 2] + drop, q[:, 3] + drop], axis=1)
     grown = clip_quad(grown, width, height)
     keep = (h >= VERTICAL_RATIO * w) | ((up == 0) & (down == 0))
