@@ -52,6 +52,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Why each rerun test failed the first time (pytest-rerunfailures lists it as RERUN and
+    keeps the traceback to itself): a flaky test's cause is then in the CI log, not lost."""
+    reports = terminalreporter.stats.get("rerun", [])
+    if not reports:
+        return
+    terminalreporter.write_sep("=", "first failures of rerun tests")
+    for report in reports:
+        terminalreporter.write_sep("_", f"{report.nodeid} ({report.when})")
+        terminalreporter.write_line(report.longreprtext)
+        for name, content in report.sections:
+            if content.strip():
+                terminalreporter.write_sep("-", name)
+                terminalreporter.write_line(content[-4000:])
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:24]
 
