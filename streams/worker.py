@@ -356,7 +356,11 @@ class OcrWorker:
         """Start pages from the intake's head while the window and the pixel budget allow (a
         page is always let through when none is held)."""
         while (page := self._intake.head()) is not None:
-            started = self._tracker.inflight() - len(self._intake)
+            # started: decoding, with the engine or being delivered. Not the pages waiting for
+            # the store: they hold nothing, and during an outage they can outnumber the window
+            # (a partition with nothing queued still fetches a page at the limit); counted,
+            # they kept the page that probes the store from ever starting.
+            started = self._tracker.inflight() - len(self._intake) - len(self._breaker)
             if not self._window.may_start(
                 decoding=len(self._decoder), waiting=self._engine.waiting, started=started
             ):

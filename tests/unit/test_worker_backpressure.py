@@ -99,3 +99,34 @@ def test_worker_probes_a_down_store_with_one_page() -> None:
     assert sorted(r.page_no for r in results(producer)) == list(range(1, 11))
     assert all(r.status.value == "ok" for r in results(producer))
     worker.shutdown()
+
+
+def test_a_store_outage_with_more_pages_waiting_than_the_window_ends() -> None:
+    """The window lets a partition with nothing queued fetch one page even at the in-flight
+    limit, so during an outage more pages can wait for the store than the window holds (here
+    eight partitions, a window of four). The page that probes the store must still start:
+    when the store answers, every page is recognised."""
+    calls, down = [], [True]
+
+    def fetch(uri: str) -> bytes:
+        calls.append(time.monotonic())
+        if down[0]:
+            raise StoreUnavailableError("connection refused")
+        return png(int(uri.rsplit("/", 1)[1]))
+
+    consumer, producer = FakeConsumer(partitions=8), FakeProducer()
+    for page in range(1, 25):
+        consumer.push(page % 8, b"d",
+                      CODEC.encode(task("d", page, 20 + page, uri=f"s3://b/{20 + page}",
+                                        count=24)))  # fmt: skip
+    worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.05,
+                         store_backoff_max_s=0.1, max_inflight_pages=4, max_batch=2)  # fmt: skip
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    step_until(worker, lambda: False, timeout=1.0)
+    inflight = worker._tracker.inflight()
+    assert inflight > 4, f"{inflight} pages in flight: the outage never outgrew the window"
+    assert consumer.paused == set(range(8))
+    down[0] = False
+    assert step_until(worker, lambda: len(results(producer)) == 24, timeout=10.0)
+    assert sorted(r.page_no for r in results(producer)) == list(range(1, 25))
+    worker.shutdown()
