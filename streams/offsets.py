@@ -65,5 +65,10 @@ class OffsetTracker:
             return len(part.pending) if part else 0
         return sum(len(p.pending) for p in self._parts.values())
 
+    def unfinished(self) -> int:
+        """Offsets consumed and not done: :meth:`inflight` less those done behind an earlier
+        offset that is not (delivered, but not committable yet)."""
+        return sum(len(p.pending) - len(p.done) for p in self._parts.values())
+
     def partitions(self) -> list[TopicPartition]:
         return [tp for tp, p in self._parts.items() if p.pending]

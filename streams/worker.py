@@ -356,11 +356,13 @@ class OcrWorker:
         """Start pages from the intake's head while the window and the pixel budget allow (a
         page is always let through when none is held)."""
         while (page := self._intake.head()) is not None:
-            # started: decoding, with the engine or being delivered. Not the pages waiting for
-            # the store: they hold nothing, and during an outage they can outnumber the window
-            # (a partition with nothing queued still fetches a page at the limit); counted,
-            # they kept the page that probes the store from ever starting.
-            started = self._tracker.inflight() - len(self._intake) - len(self._breaker)
+            # started: decoding, with the engine or being delivered. Neither the pages done
+            # behind an earlier offset that is not (delivered, held only for the commit) nor
+            # those waiting for the store (they hold nothing, and during an outage they can
+            # outnumber the window: a partition with nothing queued still fetches a page at
+            # the limit). Counted, either kept the page they wait on, the store's probe or the
+            # earlier offset, from ever starting: the worker stuck for good.
+            started = self._tracker.unfinished() - len(self._intake) - len(self._breaker)
             if not self._window.may_start(
                 decoding=len(self._decoder), waiting=self._engine.waiting, started=started
             ):

@@ -40,10 +40,12 @@ def test_offset_tracker_releases_only_the_done_prefix() -> None:
         t.add("t", 0, off)
     assert t.done("t", 0, 2) is None
     assert t.done("t", 0, 1) is None
+    # 1 and 2 are done but not committable: still in flight, no longer unfinished
+    assert (t.inflight(), t.unfinished()) == (5, 3)
     assert t.done("t", 0, 0) == 3  # 0, 1, 2 done: commit up to 3
     assert t.done("t", 0, 4) is None
     assert t.done("t", 0, 3) == 5
-    assert t.inflight() == 0
+    assert t.inflight() == t.unfinished() == 0
     assert t.done("t", 0, 3) is None  # a repeat is ignored
 
 

@@ -1,0 +1,77 @@
+"""Whatever the store does while pages are in flight, the OCR worker ends every page once it
+answers again: claim-checked and inline pages on any number of partitions, any in-flight
+window and batch size, deliveries acknowledged late or out of order, and fetches that fail
+in any pattern (one outage, flapping, every call for a while). The real worker on the fake
+Kafka clients, turned step by step. It found two ways the worker stuck for good (session 30);
+the first is also pinned in test_worker_backpressure.py."""
+
+from __future__ import annotations
+
+import threading
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ocrstream.storage import StoreUnavailableError
+from tests.fakes.kafka import PAGES, FakeConsumer, FakeProducer
+from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_until, task
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    partitions=st.integers(1, 8),
+    stored=st.lists(st.booleans(), min_size=1, max_size=24),  # per page: claim-checked?
+    window=st.integers(1, 8),
+    batch=st.integers(1, 4),
+    failures=st.lists(st.booleans(), max_size=60),  # per fetch call while it lasts: fails?
+    reverse=st.booleans(),  # deliveries acknowledged out of order
+    every=st.integers(1, 5),  # deliveries acknowledged every this many loop turns
+)
+def test_every_page_ends_once_the_store_answers(
+    partitions: int,
+    stored: list[bool],
+    window: int,
+    batch: int,
+    failures: list[bool],
+    reverse: bool,
+    every: int,
+) -> None:
+    calls = [0]
+    lock = threading.Lock()
+
+    def fetch(uri: str) -> bytes:
+        with lock:  # the decode threads fetch side by side
+            n, calls[0] = calls[0], calls[0] + 1
+        if n < len(failures) and failures[n]:
+            raise StoreUnavailableError("connection refused")
+        return png(int(uri.rsplit("/", 1)[1]))
+
+    consumer = FakeConsumer(partitions=partitions)
+    producer = FakeProducer(auto=False, reverse=reverse)
+    count = len(stored)
+    for page, claim_checked in enumerate(stored, 1):
+        width = 20 + page
+        uri = f"s3://b/{width}" if claim_checked else None
+        consumer.push(page % partitions, b"d",
+                      CODEC.encode(task("d", page, width, uri=uri, count=count)))  # fmt: skip
+    worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.001,
+                         store_backoff_max_s=0.004, max_inflight_pages=window,
+                         max_batch=batch)  # fmt: skip
+    consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
+    try:
+        turns = [0]
+
+        def ended_all() -> bool:
+            turns[0] += 1
+            if turns[0] % every == 0:
+                producer.deliver()
+            return len(results(producer)) >= count
+
+        ended = step_until(worker, ended_all, timeout=10.0)
+        pages = sorted(r.page_no for r in results(producer))
+        assert ended, f"stuck: {pages} of {count} pages ended, {calls[0]} fetches"
+        assert pages == list(range(1, count + 1))  # each once
+        assert all(r.status.value == "ok" for r in results(producer))
+        assert consumer.paused == set()  # every partition fetches again
+    finally:
+        worker.shutdown()
