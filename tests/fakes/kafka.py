@@ -54,15 +54,32 @@ class FakeConsumer:
         self.commits = 0
         self.closed = False
         self.on_revoke: Any = None
+        self.on_assign: Any = None
+        self.on_lost: Any = None
+        self.log: dict[int, list[FakeMessage]] = {p: [] for p in range(partitions)}
 
     def push(self, partition: int, key: bytes, value: bytes) -> None:
         offset = self.next_offset.get(partition, 0)
         self.next_offset[partition] = offset + 1
-        self.queues[partition].append(FakeMessage(PAGES, partition, offset, key, value))
+        msg = FakeMessage(PAGES, partition, offset, key, value)
+        self.queues[partition].append(msg)
+        self.log[partition].append(msg)
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
-        self.on_revoke = on_revoke
+        self.on_revoke, self.on_assign, self.on_lost = on_revoke, on_assign, on_lost
         on_assign(self, [TopicPartition(PAGES, p) for p in self.queues])
+
+    def rebalance(self, partitions: list[int], lost: bool = False) -> None:
+        """The group takes ``partitions`` away and gives them back, as a rebalance does:
+        revoked (or lost, without the drain), each fetched again from its last stored offset
+        (the start when none), and assigned again unpaused, as librdkafka assigns."""
+        tps = [TopicPartition(PAGES, p) for p in partitions]
+        (self.on_lost if lost else self.on_revoke)(self, tps)
+        for p in partitions:
+            start = self.last_stored(p) or 0
+            self.queues[p] = [m for m in self.log[p] if m.offset() >= start]
+        self.paused -= set(partitions)
+        self.on_assign(self, tps)
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         out: list[FakeMessage] = []

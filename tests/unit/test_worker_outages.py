@@ -1,7 +1,8 @@
 """Whatever the store does while pages are in flight, the OCR worker ends every page once it
 answers again: claim-checked and inline pages on any number of partitions, any in-flight
 window and batch size, deliveries acknowledged late or out of order, and fetches that fail
-in any pattern (one outage, flapping, every call for a while). The real worker on the fake
+in any pattern (one outage, flapping, every call for a while), with or without a rebalance
+(revoked or lost) on the way. The real worker on the fake
 Kafka clients, turned step by step. It found two ways the worker stuck for good (session 30);
 the first is also pinned in test_worker_backpressure.py."""
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ocrstream.storage import StoreUnavailableError
@@ -26,6 +27,8 @@ from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_un
     failures=st.lists(st.booleans(), max_size=60),  # per fetch call while it lasts: fails?
     reverse=st.booleans(),  # deliveries acknowledged out of order
     every=st.integers(1, 5),  # deliveries acknowledged every this many loop turns
+    # a rebalance at this loop turn takes these partitions away and gives them back
+    rebalance=st.none() | st.tuples(st.integers(1, 200), st.integers(0, 255), st.booleans()),
 )
 def test_every_page_ends_once_the_store_answers(
     partitions: int,
@@ -35,6 +38,7 @@ def test_every_page_ends_once_the_store_answers(
     failures: list[bool],
     reverse: bool,
     every: int,
+    rebalance: tuple[int, int, bool] | None,
 ) -> None:
     calls = [0]
     lock = threading.Lock()
@@ -65,12 +69,22 @@ def test_every_page_ends_once_the_store_answers(
             turns[0] += 1
             if turns[0] % every == 0:
                 producer.deliver()
-            return len(results(producer)) >= count
+            if rebalance is not None and turns[0] == rebalance[0]:
+                moved = [p for p in range(partitions) if rebalance[1] >> p & 1] or [0]
+                consumer.rebalance(moved, lost=rebalance[2])
+                event("lost" if rebalance[2] else "revoked")
+            ended = {r.page_no for r in results(producer)} == set(range(1, count + 1))
+            # and nothing left in flight (after a rebalance, a page fetched again may be)
+            busy = (worker._tracker.unfinished(), len(worker._intake), len(worker._breaker),
+                    len(worker._decoder), worker._engine.inflight, len(producer))  # fmt: skip
+            return ended and not any(busy)
 
         ended = step_until(worker, ended_all, timeout=10.0)
         pages = sorted(r.page_no for r in results(producer))
         assert ended, f"stuck: {pages} of {count} pages ended, {calls[0]} fetches"
-        assert pages == list(range(1, count + 1))  # each once
+        if rebalance is None or turns[0] < rebalance[0]:
+            assert pages == list(range(1, count + 1))  # each once
+        # (after a rebalance, pages in flight on the partitions moved may end twice)
         assert all(r.status.value == "ok" for r in results(producer))
         assert consumer.paused == set()  # every partition fetches again
     finally:
