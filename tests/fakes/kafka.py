@@ -109,13 +109,26 @@ class FakeConsumer:
         return found[-1] if found else None
 
 
+class DeliveryFailed:
+    """The KafkaError of a delivery that failed and may be sent again (a timed-out request)."""
+
+    def fatal(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        return "Local: Message timed out"
+
+
 class FakeProducer:
     """librdkafka's produce/poll/flush; deliveries happen when the test (or poll) says so."""
 
-    def __init__(self, auto: bool = True, reverse: bool = False) -> None:
+    def __init__(self, auto: bool = True, reverse: bool = False, fails: Any = None) -> None:
         self.auto, self.reverse = auto, reverse
         self.queued: list[tuple[str, Any, bytes, Any]] = []
         self.delivered: list[tuple[str, Any, bytes]] = []
+        # fails(n) -> True: the n-th delivery (from 0) fails with a retriable error, unwritten
+        self.fails = fails
+        self.attempts = 0
 
     def produce(
         self,
@@ -130,6 +143,11 @@ class FakeProducer:
     def deliver(self) -> int:
         batch, self.queued = self.queued, []
         for topic, key, value, cb in reversed(batch) if self.reverse else batch:
+            n, self.attempts = self.attempts, self.attempts + 1
+            if self.fails is not None and self.fails(n):
+                if cb is not None:
+                    cb(DeliveryFailed(), None)
+                continue
             self.delivered.append((topic, key, value))
             if cb is not None:
                 cb(None, None)

@@ -1,10 +1,10 @@
 """Whatever the store does while pages are in flight, the OCR worker ends every page once it
 answers again: claim-checked and inline pages on any number of partitions, any in-flight
-window and batch size, deliveries acknowledged late or out of order, and fetches that fail
-in any pattern (one outage, flapping, every call for a while), with or without a rebalance
-(revoked or lost) on the way. The real worker on the fake
-Kafka clients, turned step by step. It found two ways the worker stuck for good (session 30);
-the first is also pinned in test_worker_backpressure.py."""
+window and batch size, deliveries acknowledged late, out of order or failed (sent again),
+fetches that fail in any pattern (one outage, flapping, every call for a while), with or
+without a rebalance (revoked or lost) on the way. The real worker on the fake Kafka clients,
+turned step by step. It found two ways the worker stuck for good (session 30); the first is
+also pinned in test_worker_backpressure.py."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_un
     failures=st.lists(st.booleans(), max_size=60),  # per fetch call while it lasts: fails?
     reverse=st.booleans(),  # deliveries acknowledged out of order
     every=st.integers(1, 5),  # deliveries acknowledged every this many loop turns
+    undelivered=st.lists(st.booleans(), max_size=30),  # per delivery attempt: fails?
     # a rebalance at this loop turn takes these partitions away and gives them back
     rebalance=st.none() | st.tuples(st.integers(1, 200), st.integers(0, 255), st.booleans()),
 )
@@ -38,6 +39,7 @@ def test_every_page_ends_once_the_store_answers(
     failures: list[bool],
     reverse: bool,
     every: int,
+    undelivered: list[bool],
     rebalance: tuple[int, int, bool] | None,
 ) -> None:
     calls = [0]
@@ -51,7 +53,8 @@ def test_every_page_ends_once_the_store_answers(
         return png(int(uri.rsplit("/", 1)[1]))
 
     consumer = FakeConsumer(partitions=partitions)
-    producer = FakeProducer(auto=False, reverse=reverse)
+    producer = FakeProducer(auto=False, reverse=reverse,
+                            fails=lambda n: n < len(undelivered) and undelivered[n])  # fmt: skip
     count = len(stored)
     for page, claim_checked in enumerate(stored, 1):
         width = 20 + page
