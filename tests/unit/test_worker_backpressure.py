@@ -125,7 +125,6 @@ def test_a_store_outage_with_more_pages_waiting_than_the_window_ends() -> None:
     step_until(worker, lambda: False, timeout=1.0)
     inflight = worker._tracker.inflight()
     assert inflight > 4, f"{inflight} pages in flight: the outage never outgrew the window"
-    assert consumer.paused == set(range(8))
     down[0] = False
     assert step_until(worker, lambda: len(results(producer)) == 24, timeout=10.0)
     assert sorted(r.page_no for r in results(producer)) == list(range(1, 25))

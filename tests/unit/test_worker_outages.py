@@ -89,6 +89,7 @@ def test_every_page_ends_once_the_store_answers(
             assert pages == list(range(1, count + 1))  # each once
         # (after a rebalance, pages in flight on the partitions moved may end twice)
         assert all(r.status.value == "ok" for r in results(producer))
+        worker.step()  # the loop resumes partitions at the start of its next turn
         assert consumer.paused == set()  # every partition fetches again
     finally:
         worker.shutdown()
