@@ -62,7 +62,7 @@ class StoreBreaker:
             return False
         if page is self._probe:
             self._probe_fetching = True
-        if page.attempts:
+        if page.attempts or page is self._probe:  # its partition stays paused meanwhile
             self._refetching.append(page)
         return True
 

@@ -81,3 +81,23 @@ def test_dropping_a_partition_forgets_its_waiting_pages_and_its_queued_probe() -
     b.drop(None)
     assert len(b) == 0
     assert probe.tp == ("t", 0)
+
+
+def test_a_probe_never_fetched_before_keeps_its_partition_blocked_while_it_is_fetched() -> None:
+    """A page that came in during the outage waits without a fetch (attempts 0); when it is
+    the probe, its partition stays paused while it is fetched, as any page fetched again."""
+    b = StoreBreaker(backoff_s=0.1, backoff_max_s=1.0)
+    first, late = page(1), page(2, partition=1)
+    b.start(first)
+    b.failed(first, now=0.0)
+    assert not b.start(late)  # came in during the outage: waits unfetched
+    probes = b.due(1.0)
+    while probes[0] is not late:  # fail the probes until the late page's turn
+        b.start(probes[0])
+        b.failed(probes[0], now=1.0)
+        probes = b.due(100.0)
+    assert late.attempts == 0
+    assert b.start(late)
+    assert ("t", 1) in b.blocked()  # being fetched: not resumed yet
+    assert b.answered(late)
+    assert ("t", 1) not in b.blocked()
