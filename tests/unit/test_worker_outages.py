@@ -1,10 +1,10 @@
 """Whatever the store does while pages are in flight, the OCR worker ends every page once it
 answers again: claim-checked and inline pages on any number of partitions, any in-flight
-window and batch size, deliveries acknowledged late, out of order or failed (sent again),
-fetches that fail in any pattern (one outage, flapping, every call for a while), with or
-without a rebalance (revoked or lost) on the way. The real worker on the fake Kafka clients,
-turned step by step. It found two ways the worker stuck for good (session 30); the first is
-also pinned in test_worker_backpressure.py."""
+window, batch size and pixel budget, deliveries acknowledged late, out of order or failed
+(sent again), fetches that fail in any pattern (one outage, flapping, every call for a
+while), with or without a rebalance (revoked or lost) on the way. The real worker on the fake
+Kafka clients, turned step by step. It found two ways the worker stuck for good (session 30);
+the first is also pinned in test_worker_backpressure.py."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_un
     stored=st.lists(st.booleans(), min_size=1, max_size=24),  # per page: claim-checked?
     window=st.integers(1, 8),
     batch=st.integers(1, 4),
+    budget=st.integers(1, 2_000),  # decoded pixels held at once (a page: 168-384)
     failures=st.lists(st.booleans(), max_size=60),  # per fetch call while it lasts: fails?
     reverse=st.booleans(),  # deliveries acknowledged out of order
     every=st.integers(1, 5),  # deliveries acknowledged every this many loop turns
@@ -36,6 +37,7 @@ def test_every_page_ends_once_the_store_answers(
     stored: list[bool],
     window: int,
     batch: int,
+    budget: int,
     failures: list[bool],
     reverse: bool,
     every: int,
@@ -63,7 +65,7 @@ def test_every_page_ends_once_the_store_answers(
                       CODEC.encode(task("d", page, width, uri=uri, count=count)))  # fmt: skip
     worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.001,
                          store_backoff_max_s=0.004, max_inflight_pages=window,
-                         max_batch=batch)  # fmt: skip
+                         max_batch=batch, max_inflight_pixels=budget)  # fmt: skip
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
     try:
         turns = [0]
