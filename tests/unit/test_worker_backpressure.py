@@ -69,32 +69,46 @@ def test_worker_lets_one_page_through_whatever_its_size() -> None:
     worker.shutdown()
 
 
+class DownStore:
+    """A store that refuses every fetch while ``down``; ``calls`` holds when each came."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.calls: list[float] = []
+
+    def fetch(self, uri: str) -> bytes:
+        self.calls.append(time.monotonic())
+        if self.down:
+            raise StoreUnavailableError("connection refused")
+        return png(int(uri.rsplit("/", 1)[1]))
+
+
+def claim_checked(partitions: int, pages: int) -> FakeConsumer:
+    """A consumer of ``pages`` pages of one document, each image in the store, the pages
+    dealt over ``partitions`` partitions in turn."""
+    consumer = FakeConsumer(partitions=partitions)
+    for page in range(1, pages + 1):
+        consumer.push(page % partitions, b"d",
+                      CODEC.encode(task("d", page, 20 + page, uri=f"s3://b/{20 + page}",
+                                        count=pages)))  # fmt: skip
+    return consumer
+
+
 def test_worker_probes_a_down_store_with_one_page() -> None:
     """Ten claim-checked pages and a store that is down for a second: after the first wave of
     failures one page at a time probes it (backoff 50 ms doubling to 200 ms), not all ten; the
     partitions stay paused; once it answers every page is recognised."""
-    calls, down = [], [True]
-
-    def fetch(uri: str) -> bytes:
-        calls.append(time.monotonic())
-        if down[0]:
-            raise StoreUnavailableError("connection refused")
-        return png(int(uri.rsplit("/", 1)[1]))
-
-    consumer, producer = FakeConsumer(partitions=2), FakeProducer()
-    for page in range(1, 11):
-        consumer.push(page % 2, b"d",
-                      CODEC.encode(task("d", page, 20 + page, uri=f"s3://b/{20 + page}",
-                                        count=10)))  # fmt: skip
-    worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.05,
+    store = DownStore()
+    consumer, producer = claim_checked(partitions=2, pages=10), FakeProducer()
+    worker = make_worker(consumer, producer, fetch=store.fetch, store_backoff_s=0.05,
                          store_backoff_max_s=0.2)  # fmt: skip
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
     step_until(worker, lambda: False, timeout=1.0)
     assert consumer.paused == {0, 1}
     # the first wave (the pages picked for the two decode threads), then ~7 probes; not ten
     # pages retrying
-    assert 2 <= len(calls) <= 2 + 12, len(calls)
-    down[0] = False
+    assert 2 <= len(store.calls) <= 2 + 12, len(store.calls)
+    store.down = False
     assert step_until(worker, lambda: len(results(producer)) == 10)
     assert sorted(r.page_no for r in results(producer)) == list(range(1, 11))
     assert all(r.status.value == "ok" for r in results(producer))
@@ -106,26 +120,15 @@ def test_a_store_outage_with_more_pages_waiting_than_the_window_ends() -> None:
     limit, so during an outage more pages can wait for the store than the window holds (here
     eight partitions, a window of four). The page that probes the store must still start:
     when the store answers, every page is recognised."""
-    calls, down = [], [True]
-
-    def fetch(uri: str) -> bytes:
-        calls.append(time.monotonic())
-        if down[0]:
-            raise StoreUnavailableError("connection refused")
-        return png(int(uri.rsplit("/", 1)[1]))
-
-    consumer, producer = FakeConsumer(partitions=8), FakeProducer()
-    for page in range(1, 25):
-        consumer.push(page % 8, b"d",
-                      CODEC.encode(task("d", page, 20 + page, uri=f"s3://b/{20 + page}",
-                                        count=24)))  # fmt: skip
-    worker = make_worker(consumer, producer, fetch=fetch, store_backoff_s=0.05,
+    store = DownStore()
+    consumer, producer = claim_checked(partitions=8, pages=24), FakeProducer()
+    worker = make_worker(consumer, producer, fetch=store.fetch, store_backoff_s=0.05,
                          store_backoff_max_s=0.1, max_inflight_pages=4, max_batch=2)  # fmt: skip
     consumer.subscribe([PAGES], worker._on_assign, worker._on_revoke, worker._on_lost)
     step_until(worker, lambda: False, timeout=1.0)
     inflight = worker._tracker.inflight()
     assert inflight > 4, f"{inflight} pages in flight: the outage never outgrew the window"
-    down[0] = False
+    store.down = False
     assert step_until(worker, lambda: len(results(producer)) == 24, timeout=10.0)
     assert sorted(r.page_no for r in results(producer)) == list(range(1, 25))
     worker.shutdown()
