@@ -75,7 +75,8 @@ class Calibration:
         receipts = f" receipts={self.receipts}" if self.receipts else ""
         return (
             f"devsets={','.join(self.devsets)} split={self.split} pages={self.pages}{receipts} "
-            f"devset-v{devsets.VERSION} det<={self.max_det} rec<={self.max_rec}"
+            f"devset-v{','.join(str(devsets.VERSIONS[name]) for name in self.devsets)} "
+            f"det<={self.max_det} rec<={self.max_rec}"
         )
 
     def samples(self) -> list[bytes]:

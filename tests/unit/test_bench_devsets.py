@@ -65,6 +65,20 @@ def test_the_chinese_set_is_chinese_and_small_print_is_small() -> None:
     assert height(small) < 35 < height(large)  # 6-8 pt vs 9-12 pt at 300 DPI
 
 
+def test_the_chinese_set_holds_simplified_chinese_not_mojibake() -> None:
+    """jieba's dictionary holds UTF-8 read as GBK (鍦, 鏄, 銆 ...) and traditional forms among
+    its frequent words; the set draws none of them, on any page, while its real words stay."""
+    _needs("a4-zh")
+    text = "".join(line.text for seed in range(6) for line in devsets.render_page("a4-zh", seed)[1])
+    han = [c for c in text if devsets._is_han(c)]
+    assert len(han) > 3000
+    "".join(han).encode("gb2312")  # raises on a character outside simplified Chinese
+    words, _ = devsets._zh_vocabulary()
+    assert len(words) == 40_000
+    assert {"中国", "我们", "银行", "合同"} <= set(words)
+    assert not {"鍦", "鏄", "銆", "簡", "購"} & set(words)
+
+
 def test_a_set_is_rendered_once_into_its_cache(tmp_path: Path) -> None:
     _needs("small-print")
     first = devsets.devset("small-print", 2, "heldout", cache=tmp_path)
@@ -72,7 +86,8 @@ def test_a_set_is_rendered_once_into_its_cache(tmp_path: Path) -> None:
     again = devsets.devset("small-print", 2, "heldout", cache=tmp_path)
     assert [s.path.stat().st_mtime_ns for s in again] == stamp
     assert [s.gt for s in again] == [s.gt for s in first]
-    assert all(s.path.parent.name == f"small-print-heldout-v{devsets.VERSION}" for s in first)
+    version = devsets.VERSIONS["small-print"]
+    assert all(s.path.parent.name == f"small-print-heldout-v{version}" for s in first)
     assert first[0].name.endswith(f"{devsets.SPLITS['heldout']:06d}")
 
 
