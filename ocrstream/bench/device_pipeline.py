@@ -214,11 +214,21 @@ def crop_sizes(
     return w, h, h >= VERTICAL_RATIO * w
 
 
-def rec_widths(quads: npt.ArrayLike, height: int, max_width: int) -> npt.NDArray[np.int64]:
-    """The rec input width of each line: ``ceil(height * w / h)``, clipped to 1..max_width."""
+def rec_widths(
+    quads: npt.ArrayLike,
+    height: int,
+    max_width: int,
+    heights: npt.ArrayLike | None = None,
+) -> npt.NDArray[np.int64]:
+    """The rec input width of each line: ``ceil(height * w / h)``, clipped to 1..max_width;
+    ``heights`` (``geometry.RecQuads``) replaces a horizontal line's ``h`` where taller, as
+    ``rec.crop_line`` does."""
     w, h, turned = crop_sizes(quads)
     cw = np.where(turned, h, w)
     ch = np.where(turned, w, h)
+    if heights is not None:
+        tall = np.round(np.asarray(heights, dtype=np.float64).reshape(-1))
+        ch = np.where(turned, ch, np.maximum(ch, tall))
     return np.clip(np.ceil(height * cw / ch), 1, max_width).astype(np.int64)
 
 
@@ -244,10 +254,13 @@ def crop_lines(
     max_width: int = 3200,
     bgr: bool = True,
     mode: str = "bilinear",
+    heights: npt.ArrayLike | None = None,
 ) -> list[torch.Tensor]:
     """Rectify and resize each line of one page (uint8 RGB ``3xHxW``) in one grid_sample.
 
-    ``quads`` is ``Kx4x2`` in page pixels, clockwise from top-left. Returns K float32
+    ``quads`` is ``Kx4x2`` in page pixels, clockwise from top-left; ``heights`` as
+    :func:`rec_widths` takes them (a line cut at its neighbour is narrowed in the same
+    sampling; the CPU engine narrows in a second, INTER_AREA pass). Returns K float32
     tensors ``3 x height x w_k`` normalised to [-1, 1], ready for :func:`rec_batch`.
     """
     torch = _torch()
@@ -261,7 +274,7 @@ def crop_lines(
     # a turned crop is read from the quad starting at its top-right corner (rot90 CCW)
     q = np.where(turned[:, None, None], np.roll(q, -1, axis=1), q)
     cw, ch = np.where(turned, ch, cw), np.where(turned, cw, ch)
-    widths = rec_widths(quads, height, max_width)
+    widths = rec_widths(quads, height, max_width, heights)
     w_max = int(widths.max())
     k = len(q)
     dst = np.stack(
@@ -448,8 +461,10 @@ class DevicePipeline:
         for i in range(n):
             if boxes[i]:
                 h, w = sizes[i]
-                quads = np.stack(grow_for_rec([b.quad for b in boxes[i]], r.crop_margin, w, h))
-                crops.extend(crop_lines(images[i], quads, r.height, r.max_width))
+                grown, tall = grow_for_rec([b.quad for b in boxes[i]], r.crop_margin, w, h)
+                crops.extend(
+                    crop_lines(images[i], np.stack(grown), r.height, r.max_width, heights=tall)
+                )
                 owners.extend((i, k) for k in range(len(boxes[i])))
         texts: list[list[tuple[str, float]]] = [[("", 0.0)] * len(b) for b in boxes]
         crop_share = (time.perf_counter() - t) * 1000 / max(1, len(crops))

@@ -3,8 +3,9 @@
 One call runs every stage on the whole set of pages before the next stage starts:
 
 decode → (orientation) → (deskew) → det in same-shape batches → reading order → crop and
-rectify every line of every page (4% of its box's height taller above and below, short of a
-line that close: :func:`~ocrstream.processors.ocr.geometry.grow_for_rec`) → (line 0/180
+rectify every line of every page (a share of its box's height taller above and below, at
+most up to the next line, as wide as the whole share would make it:
+:func:`~ocrstream.processors.ocr.geometry.grow_for_rec`) → (line 0/180
 classifier) → rec on width-bucketed batches
 drawn from all pages at once → CTC → lines below ``min_confidence`` dropped → for pages given
 as :class:`~ocrstream.processors.ocr.types.LayoutPage`, the layout model on the upright page
@@ -302,6 +303,9 @@ class OcrEngine:
             # (rec.crop_line; was a bicubic cut, then a resize)
             "rec_cut": "fused",
             "rec_crop": repr((self.rec_params.crop_margin, NEIGHBOUR_OVERLAP)),
+            # crops grown at most up to the neighbour's box, as wide as the whole margin
+            # makes them (geometry.grow_for_rec)
+            "rec_crop_cut": "neighbour",
         }  # fmt: skip
         if self.det_params.line_height > 0 or self.det_params.max_line_height > 0:
             # the text-size estimate's blobs from outlines, 8-connected (was labelled,
@@ -689,8 +693,11 @@ class OcrEngine:
         assert page.image is not None
         image, params = page.image, self.rec_params
         h, w = image.shape[:2]
-        quads = grow_for_rec([box.quad for box in page.boxes], params.crop_margin, w, h)
-        return [rec_mod.crop_line(image, quad, params) for quad in quads]
+        quads, heights = grow_for_rec([box.quad for box in page.boxes], params.crop_margin, w, h)
+        return [
+            rec_mod.crop_line(image, quad, params, tall)
+            for quad, tall in zip(quads, heights, strict=True)
+        ]
 
     def _read(self, pages: list[_Page]) -> None:
         owners: list[tuple[int, int]] = []

@@ -6,7 +6,7 @@ A quad is a float32 array of shape (4, 2), clockwise from top-left, in (x, y) pi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -81,7 +81,15 @@ def _lengths(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 NEIGHBOUR_OVERLAP = 0.2
 
 
-def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) -> list[Quad]:
+class RecQuads(NamedTuple):
+    """What :func:`grow_for_rec` gives each line: the quad to cut, and the height its crop
+    would have had grown by the whole margin, which sets the crop's width at rec's height."""
+
+    quads: list[Quad]
+    heights: list[float]
+
+
+def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) -> RecQuads:
     """The page's line quads, each ``margin`` × its height taller above and below, for rec.
 
     DB boxes come out a little short of the text (a thin kernel grown back by unclip; on A4
@@ -90,9 +98,17 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     grows; the line's reported polygon stays the det box. A side whose neighbour (the nearest
     box above or below that shares some of its x-range) already overlaps it by more than
     ``NEIGHBOUR_OVERLAP`` of its height keeps its edge. Vertical lines are left as they are.
+
+    A side grows at most up to its neighbour's box, so that the crop does not take in the
+    next line's descenders or ascenders (read as accents on small print), but the crop's
+    width at rec's height is the one the whole margin would give (``heights``): the line
+    comes out a little narrower than its height says rather than wider, and rec reads no more
+    columns than with the whole margin (docs/benchmarks.md, session 31; cut short and resized
+    as it was, session 29 measured 8-14% more columns).
     """
     if margin <= 0 or not quads:
-        return list(quads)
+        kept = list(quads)
+        return RecQuads(kept, [quad_size(q)[1] for q in kept])
     q = np.asarray(quads, dtype=np.float32).reshape(-1, 4, 2)
     x0, y0 = q[:, :, 0].min(axis=1), q[:, :, 1].min(axis=1)
     x1, y1 = q[:, :, 0].max(axis=1), q[:, :, 1].max(axis=1)
@@ -103,8 +119,8 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     below = shares_x & (cy[None, :] > cy[:, None])
     room_up = y0 - np.where(above, y1[None, :], -np.inf).max(axis=1)
     room_down = np.where(below, y0[None, :], np.inf).min(axis=1) - y1
-    up = np.where(room_up > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
-    down = np.where(room_down > -NEIGHBOUR_OVERLAP * tall, margin, 0.0)
+    up = np.where(room_up > -NEIGHBOUR_OVERLAP * tall, margin, 0.0).astype(np.float32)
+    down = np.where(room_down > -NEIGHBOUR_OVERLAP * tall, margin, 0.0).astype(np.float32)
     # all quads at once, in float32 as a quad at a time would be (numpy's per-call overhead
     # on four points was most of this function's time)
     lengths = _edge_lengths(q)
@@ -112,12 +128,25 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     unit = (q[:, 3] - q[:, 0]) + (q[:, 2] - q[:, 1])
     norm = np.maximum(np.float32(1e-6), _lengths(unit))
     unit = unit / norm[:, None]
-    lift = unit * up.astype(np.float32)[:, None] * h[:, None]
-    drop = unit * down.astype(np.float32)[:, None] * h[:, None]
-    grown = np.stack([q[:, 0] - lift, q[:, 1] - lift, q[:, 2] + drop, q[:, 3] + drop], axis=1)
-    grown = clip_quad(grown, width, height)
+
+    def grown(up: npt.NDArray[np.float32], down: npt.NDArray[np.float32]) -> Quad:
+        lift = unit * (up * h)[:, None]
+        drop = unit * (down * h)[:, None]
+        out = np.stack([q[:, 0] - lift, q[:, 1] - lift, q[:, 2] + drop, q[:, 3] + drop], axis=1)
+        return clip_quad(out, width, height)
+
+    whole = grown(up, down)
+    safe_h = np.maximum(h, np.float32(1e-6))
+    cut = grown(
+        np.minimum(up, np.maximum(room_up, 0) / safe_h).astype(np.float32),
+        np.minimum(down, np.maximum(room_down, 0) / safe_h).astype(np.float32),
+    )
+    whole_h = _edge_lengths(whole)[:, 2:].max(axis=1)
     keep = (h >= VERTICAL_RATIO * w) | ((up == 0) & (down == 0))
-    return [q[k] if keep[k] else grown[k] for k in range(len(q))]
+    return RecQuads(
+        [q[k] if keep[k] else cut[k] for k in range(len(q))],
+        [float(h[k] if keep[k] else whole_h[k]) for k in range(len(q))],
+    )
 
 
 def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:

@@ -115,15 +115,16 @@ def batch_rows(lines: int, max_lines: int, params: RecParams) -> int:
     return max(lines, min(max_lines, 1 << (lines - 1).bit_length()))
 
 
-def resize_line(crop: ImageBGR, params: RecParams) -> ImageBGR:
+def resize_line(crop: ImageBGR, params: RecParams, width: int | None = None) -> ImageBGR:
     """A line crop at the model's height, aspect kept (uint8; normalised in its batch).
 
     INTER_AREA, not bilinear: on the held-out small print (6-8 pt lines ~35 px tall, enlarged
     to 48) bilinear lost 12 spaces between words where INTER_AREA lost none, and it read 7
     fewer errors on 10 receipts, the same Chinese, one more on English A4 (docs/benchmarks.md).
+    ``width`` replaces the width the crop's own aspect gives (:func:`crop_line`).
     """
     h, w = crop.shape[:2]
-    rw = resized_width(h, w, params)
+    rw = resized_width(h, w, params) if width is None else width
     return cv2.resize(crop, (rw, params.height), interpolation=cv2.INTER_AREA)  # type: ignore[return-value]
 
 
@@ -133,8 +134,14 @@ def resize_line(crop: ImageBGR, params: RecParams) -> ImageBGR:
 FUSED_MAX_SHRINK = 2.0
 
 
-def crop_line(image: ImageBGR, quad: Quad, params: RecParams) -> ImageBGR:
+def crop_line(
+    image: ImageBGR, quad: Quad, params: RecParams, height: float | None = None
+) -> ImageBGR:
     """The text line under ``quad`` at the model's height, ready for :func:`batch_tensor`.
+
+    ``height`` (:class:`~ocrstream.processors.ocr.geometry.RecQuads`' for the quad) sets a
+    horizontal line's width at rec's height where it is taller than the quad: a crop cut short
+    at its neighbour keeps the width of the crop grown by the whole margin.
 
     A horizontal line that shrinks by at most :data:`FUSED_MAX_SHRINK` is warped once, from
     the page straight to its rec size: a tenth of the time of a crop at its own size and then
@@ -145,15 +152,25 @@ def crop_line(image: ImageBGR, quad: Quad, params: RecParams) -> ImageBGR:
     """
     w, h = quad_size(quad)
     cw, ch = max(1, round(w)), max(1, round(h))
-    if ch < VERTICAL_RATIO * cw and params.height <= ch <= FUSED_MAX_SHRINK * params.height:
-        rw = resized_width(ch, cw, params)
+    if ch >= VERTICAL_RATIO * cw:
+        return resize_line(crop_quad(image, quad), params)
+    rw = resized_width(ch, cw, params)
+    if params.height <= ch <= FUSED_MAX_SHRINK * params.height:
         dst = np.array([[0, 0], [rw, 0], [rw, params.height], [0, params.height]], np.float32)
         matrix = cv2.getPerspectiveTransform(np.asarray(quad, np.float32), dst)
-        return cv2.warpPerspective(  # type: ignore[return-value]
+        line = cv2.warpPerspective(
             image, matrix, (rw, params.height), flags=cv2.INTER_LINEAR,
             borderMode=cv2.BORDER_REPLICATE,
         )  # fmt: skip
-    return resize_line(crop_quad(image, quad), params)
+    else:
+        line = resize_line(crop_quad(image, quad), params)
+    if height is not None and round(height) > ch:
+        # narrowed in a second pass, INTER_AREA: one warp straight to the narrower width
+        # (bilinear) read 2-3 more edits on the held-out sets (docs/benchmarks.md, session 31)
+        narrow = resized_width(round(height), cw, params)
+        if narrow < line.shape[1]:
+            line = cv2.resize(line, (narrow, params.height), interpolation=cv2.INTER_AREA)
+    return line  # type: ignore[return-value]
 
 
 def batch_tensor(

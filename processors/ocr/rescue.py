@@ -94,8 +94,8 @@ class LineRescue:
         bgr = decode_image(image, max_pixels=self.settings.max_page_pixels)
         # grown for rec as the engine grows them, the page's other lines as neighbours
         quads = [np.array(line.polygon, np.float32) for line in page.lines]
-        grown = grow_for_rec(quads, self.params.crop_margin, bgr.shape[1], bgr.shape[0])
-        cut = [rec_mod.crop_line(bgr, grown[i], self.params) for i in weak]
+        grown, heights = grow_for_rec(quads, self.params.crop_margin, bgr.shape[1], bgr.shape[0])
+        cut = [rec_mod.crop_line(bgr, grown[i], self.params, heights[i]) for i in weak]
         lines = list(page.lines)
         for i, (text, conf) in zip(weak, self.read(cut), strict=True):
             text = text.strip()

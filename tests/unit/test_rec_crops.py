@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 import pytest
 
@@ -17,8 +18,9 @@ def box(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
 
 
 def test_a_lone_line_grows_by_the_margin_above_and_below_only():
-    (grown,) = grow_for_rec([box(100, 200, 600, 250)], 0.04, 1000, 1000)
+    (grown,), (tall,) = grow_for_rec([box(100, 200, 600, 250)], 0.04, 1000, 1000)
     np.testing.assert_allclose(grown, box(100, 198, 600, 252), atol=1e-4)
+    assert tall == pytest.approx(54)
 
 
 def test_a_turned_line_grows_across_its_own_direction():
@@ -27,10 +29,11 @@ def test_a_turned_line_grows_across_its_own_direction():
     across = np.array([-math.sin(angle), math.cos(angle)], np.float32)
     tl = np.array([100.0, 100.0], np.float32)
     quad = np.stack([tl, tl + 400 * along, tl + 400 * along + 50 * across, tl + 50 * across])
-    (grown,) = grow_for_rec([quad.astype(np.float32)], 0.1, 1000, 1000)
+    (grown,), (tall,) = grow_for_rec([quad.astype(np.float32)], 0.1, 1000, 1000)
     w, h = quad_size(grown)
     assert w == pytest.approx(400, abs=0.01)
     assert h == pytest.approx(60, abs=0.01)
+    assert tall == pytest.approx(60, abs=0.01)
     np.testing.assert_allclose(grown[0], tl - 5 * across, atol=1e-3)
 
 
@@ -38,31 +41,46 @@ def test_sides_facing_a_close_neighbour_keep_their_edge():
     gap = -(NEIGHBOUR_OVERLAP + 0.05) * 50  # boxes overlap by a quarter of their height
     top, bottom = box(100, 100, 600, 150), box(150, 150 + gap, 700, 200 + gap)
     far = box(100, 500, 600, 550)  # free space above and below
-    g_top, g_bottom, g_far = grow_for_rec([top, bottom, far], 0.04, 1000, 1000)
+    (g_top, g_bottom, g_far), heights = grow_for_rec([top, bottom, far], 0.04, 1000, 1000)
     assert g_top[0, 1] == pytest.approx(98)  # grown above, where nothing is
     assert g_top[3, 1] == pytest.approx(150)  # not below, into the overlapping next line
     assert g_bottom[0, 1] == pytest.approx(150 + gap)
     assert g_bottom[3, 1] == pytest.approx(202 + gap)
     np.testing.assert_allclose(g_far, box(100, 498, 600, 552), atol=1e-4)
+    assert heights == pytest.approx([52, 52, 54])  # as tall as they are cut
 
 
-def test_a_neighbour_only_slightly_overlapping_does_not_stop_the_growth():
-    top, bottom = box(100, 100, 600, 150), box(100, 148, 600, 198)  # 2 px: 4% of the height
-    g_top, g_bottom = grow_for_rec([top, bottom], 0.04, 1000, 1000)
-    assert g_top[3, 1] == pytest.approx(152)
-    assert g_bottom[0, 1] == pytest.approx(146)
+def test_a_side_grows_only_up_to_the_next_line_but_keeps_the_whole_margins_width():
+    """Small print: the next line 1 px below, or overlapping it by 2 px (4% of the height,
+    under NEIGHBOUR_OVERLAP). The crop stops at the neighbour's box (its descenders and
+    ascenders were read as accents), but its height for the width at rec's height is the
+    whole margin's, so rec reads no more columns than before."""
+    top, bottom = box(100, 100, 600, 150), box(100, 151, 600, 201)  # 1 px apart
+    (g_top, g_bottom), heights = grow_for_rec([top, bottom], 0.04, 1000, 1000)
+    assert g_top[0, 1] == pytest.approx(98)  # the free side grows by the whole margin
+    assert g_top[3, 1] == pytest.approx(151)  # 1 px of the 2, up to the next box
+    assert g_bottom[0, 1] == pytest.approx(150)
+    assert g_bottom[3, 1] == pytest.approx(203)
+    assert heights == pytest.approx([54, 54])
+    top, bottom = box(100, 100, 600, 150), box(100, 148, 600, 198)  # overlapping by 2 px
+    (g_top, g_bottom), heights = grow_for_rec([top, bottom], 0.04, 1000, 1000)
+    assert g_top[3, 1] == pytest.approx(150)
+    assert g_bottom[0, 1] == pytest.approx(148)
+    assert heights == pytest.approx([54, 54])
 
 
 def test_vertical_lines_pages_edges_and_no_margin():
     vertical = box(100, 100, 140, 400)
     edge = box(0, 0, 300, 40)
-    g_vertical, g_edge = grow_for_rec([vertical, edge], 0.04, 300, 1000)
+    (g_vertical, g_edge), heights = grow_for_rec([vertical, edge], 0.04, 300, 1000)
     np.testing.assert_array_equal(g_vertical, vertical)
     assert g_edge[:, 1].min() == 0.0  # clipped to the page
     assert g_edge[:, 0].max() == 299.0
     assert g_edge[:, 1].max() == pytest.approx(41.6)
-    same = grow_for_rec([edge], 0.0, 300, 1000)
+    assert heights == pytest.approx([300, 41.6])  # clipped: the height the crop has
+    same, heights = grow_for_rec([edge], 0.0, 300, 1000)
     np.testing.assert_array_equal(same[0], edge)
+    assert heights == [40]
 
 
 def test_the_margin_changes_the_crops_not_the_reported_boxes(ocr_engine: OcrEngine):
@@ -148,3 +166,31 @@ def test_lines_to_enlarge_shrink_far_or_turn_are_cut_then_resized(quad: np.ndarr
     params = rec_mod.RecParams()
     expected = rec_mod.resize_line(crop_quad(page, quad), params)
     np.testing.assert_array_equal(rec_mod.crop_line(page, quad, params), expected)
+
+
+def test_a_crop_cut_at_its_neighbour_keeps_the_width_of_the_whole_margin():
+    """crop_line with the height grow_for_rec gives: rec's 48 rows, the width the taller
+    crop would take (narrower than the cut crop's own aspect), the cut quad's picture
+    narrowed with INTER_AREA; a height under the quad's changes nothing."""
+    from ocrstream.processors.ocr import rec as rec_mod
+
+    page = render_text_page(["Totals carried forward: 4,213.90"], fontsize=11.0, width_in=5.0,
+                            margin_pt=36.0)  # fmt: skip
+    params = rec_mod.RecParams()
+    quad = _turned_box(140, 130, 1100, 52, 0.0)
+    own = rec_mod.crop_line(page, quad, params)
+    assert own.shape[1] == math.ceil(48 * 1100 / 52)
+    taller = rec_mod.crop_line(page, quad, params, height=60.0)
+    assert taller.shape == (48, math.ceil(48 * 1100 / 60), 3)
+    narrowed = cv2.resize(own, (taller.shape[1], 48), interpolation=cv2.INTER_AREA)
+    np.testing.assert_array_equal(taller, narrowed)
+    np.testing.assert_array_equal(rec_mod.crop_line(page, quad, params, height=40.0), own)
+    # enlarged (cut, then INTER_AREA) alike
+    small = _turned_box(140, 130, 700, 30, 0.0)
+    assert rec_mod.crop_line(page, small, params, height=36.0).shape == (48, 934, 3)
+    # a vertical line is turned upright and keeps its own size whatever the height says
+    vertical = _turned_box(300, 100, 40, 400, 0.0)
+    np.testing.assert_array_equal(
+        rec_mod.crop_line(page, vertical, params, height=500.0),
+        rec_mod.crop_line(page, vertical, params),
+    )
