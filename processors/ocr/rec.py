@@ -115,16 +115,15 @@ def batch_rows(lines: int, max_lines: int, params: RecParams) -> int:
     return max(lines, min(max_lines, 1 << (lines - 1).bit_length()))
 
 
-def resize_line(crop: ImageBGR, params: RecParams, width: int | None = None) -> ImageBGR:
+def resize_line(crop: ImageBGR, params: RecParams) -> ImageBGR:
     """A line crop at the model's height, aspect kept (uint8; normalised in its batch).
 
     INTER_AREA, not bilinear: on the held-out small print (6-8 pt lines ~35 px tall, enlarged
     to 48) bilinear lost 12 spaces between words where INTER_AREA lost none, and it read 7
     fewer errors on 10 receipts, the same Chinese, one more on English A4 (docs/benchmarks.md).
-    ``width`` replaces the width the crop's own aspect gives (:func:`crop_line`).
     """
     h, w = crop.shape[:2]
-    rw = resized_width(h, w, params) if width is None else width
+    rw = resized_width(h, w, params)
     return cv2.resize(crop, (rw, params.height), interpolation=cv2.INTER_AREA)  # type: ignore[return-value]
 
 
@@ -166,7 +165,7 @@ def crop_line(
         line = resize_line(crop_quad(image, quad), params)
     if height is not None and round(height) > ch:
         # narrowed in a second pass, INTER_AREA: one warp straight to the narrower width
-        # (bilinear) read 2-3 more edits on the held-out sets (docs/benchmarks.md, session 31)
+        # (bilinear) read 1-2 more edits a held-out set (v6 tiny; docs/benchmarks.md, session 31)
         narrow = resized_width(round(height), cw, params)
         if narrow < line.shape[1]:
             line = cv2.resize(line, (narrow, params.height), interpolation=cv2.INTER_AREA)
