@@ -279,8 +279,12 @@ def test_progress_goes_on_live_when_the_stream_ends_and_its_token_has_expired(
             seen: set[str] = set()
 
             def done() -> bool:
+                # the state first: read after it, the count is the finished row's (the
+                # other way round, a row that finished between the two reads left "5 / 5"
+                # unseen)
+                completed = row.locator("td.state").text_content() == "completed"
                 seen.add(row.locator(".pages").text_content() or "")
-                return row.locator("td.state").text_content() == "completed"
+                return completed
 
             wait_until(done, 120, "the slow scan completed in the list", interval_s=0.2)
             context.close()
