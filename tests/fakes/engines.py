@@ -145,6 +145,37 @@ class SizeEngine:
         return [PageOCR(w, h, (Line(f"{w}x{h}", 0.9, box),)) for w, h in sizes]
 
 
+# A page this wide is read with low confidence by ConfidenceEngine unless told otherwise.
+WEAK_WIDTH = 13
+
+
+class ConfidenceEngine:
+    """Reads each page's size back as three lines, with low confidence (0.6) on the pages
+    ``weak`` picks by their width and high (0.98) on the others: pages for confidence routing.
+    Records the widths of the pages it read."""
+
+    def __init__(
+        self, name: str = "tiny", weak: Callable[[int], bool] = lambda w: w == WEAK_WIDTH
+    ) -> None:
+        self.name = name
+        self.weak = weak
+        self.widths: list[int] = []  # of the pages it read
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo("fake", self.name, "1", "cpu")
+
+    def recognize(self, images: Sequence[np.ndarray]) -> list[PageOCR]:
+        box = ((0.0, 0.0), (5.0, 0.0), (5.0, 5.0), (0.0, 5.0))
+        out = []
+        for img in images:
+            w, h = img.shape[1], img.shape[0]
+            self.widths.append(w)
+            conf = 0.6 if self.weak(w) else 0.98
+            out.append(PageOCR(w, h, tuple(Line(f"{w}x{h} {i}", conf, box) for i in range(3))))
+        return out
+
+
 def render_text_page(
     lines: Sequence[str],
     *,

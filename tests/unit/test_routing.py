@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pytest
 
@@ -20,20 +18,19 @@ from ocrstream.processors.assembly import (
     due,
     step,
 )
-from ocrstream.processors.ocr.types import EngineInfo, Line, PageOCR
 from ocrstream.processors.page_quality import PageQuality
 from ocrstream.processors.routing import RoutingRule
 from ocrstream.schemas.records import PageResult, PageTask
 from ocrstream.settings import WorkerPool, WorkerSettings
 from ocrstream.streams.supervisor import default_agents
 from ocrstream.streams.worker import consumer_config, pool_topics
+from tests.fakes.engines import WEAK_WIDTH, ConfidenceEngine
 from tests.fakes.kafka import FakeConsumer, FakeProducer
 from tests.fakes.stepped_worker import CODEC, make_worker, run_until, step_until, task
 
 ACCURATE = "ocr.pages.accurate.v1"
 RESULTS = "ocr.page-results.v1"
 SHADOW_RESULTS = "ocr.page-results.shadow.v1"
-WEAK_WIDTH = 13
 RULE = RoutingRule(low_confidence=0.9, max_low_fraction=0.25, min_mean_confidence=0.9)
 EARLY = RoutingRule(low_confidence=0.9, max_low_fraction=0.25, min_mean_confidence=0.9,
                     max_noise=8.0)  # fmt: skip
@@ -48,29 +45,6 @@ def noisy_png(width: int, sigma: float = 25.0) -> bytes:
     ok, buf = cv2.imencode(".png", pixels)
     assert ok
     return buf.tobytes()
-
-
-class ConfidenceEngine:
-    """Reads each page's size back as three lines; a page ``WEAK_WIDTH`` wide is read with low
-    confidence, the others with high."""
-
-    def __init__(self, name: str = "tiny") -> None:
-        self.name = name
-        self.widths: list[int] = []  # of the pages it read
-
-    @property
-    def info(self) -> EngineInfo:
-        return EngineInfo("fake", self.name, "1", "cpu")
-
-    def recognize(self, images: Sequence[np.ndarray]) -> list[PageOCR]:
-        box = ((0.0, 0.0), (5.0, 0.0), (5.0, 5.0), (0.0, 5.0))
-        out = []
-        for img in images:
-            w, h = img.shape[1], img.shape[0]
-            self.widths.append(w)
-            conf = 0.6 if w == WEAK_WIDTH else 0.98
-            out.append(PageOCR(w, h, tuple(Line(f"{w}x{h} {i}", conf, box) for i in range(3))))
-        return out
 
 
 def sent(producer: FakeProducer, topic: str) -> list[tuple[str, bytes]]:

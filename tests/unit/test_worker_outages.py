@@ -10,31 +10,20 @@ also pinned in test_worker_backpressure.py."""
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from ocrstream.processors.ocr.types import Line, PageOCR
 from ocrstream.processors.routing import RoutingRule
 from ocrstream.schemas.records import PageTask
 from ocrstream.storage import StoreUnavailableError
-from tests.fakes.engines import SizeEngine
+from ocrstream.streams.topics import PAGES_ACCURATE
+from tests.fakes.engines import ConfidenceEngine, SizeEngine
 from tests.fakes.kafka import PAGES, FakeConsumer, FakeProducer
 from tests.fakes.stepped_worker import CODEC, make_worker, png, results, step_until, task
 
-ACCURATE = "ocr.pages.accurate.v1"
 # Routes a page whose lines are mostly under 0.9: here, every page of an odd width.
 RULE = RoutingRule(low_confidence=0.9, max_low_fraction=0.25, min_mean_confidence=0.9)
-
-
-class OddPagesWeak(SizeEngine):
-    """Reads each page's size back as its text, pages of an odd width with low confidence."""
-
-    def recognize(self, images: Any) -> list[PageOCR]:
-        box = ((0.0, 0.0), (5.0, 0.0), (5.0, 5.0), (0.0, 5.0))
-        sizes = [(img.shape[1], img.shape[0]) for img in images]
-        return [PageOCR(w, h, (Line(f"{w}x{h}", 0.5 if w % 2 else 0.98, box),)) for w, h in sizes]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -84,7 +73,7 @@ def test_every_page_ends_once_the_store_answers(
         uri = f"s3://b/{width}" if claim_checked else None
         consumer.push(page % partitions, b"d",
                       CODEC.encode(task("d", page, width, uri=uri, count=count)))  # fmt: skip
-    engine = OddPagesWeak() if routing else SizeEngine()
+    engine = ConfidenceEngine(weak=lambda w: w % 2 == 1) if routing else SizeEngine()
     worker = make_worker(consumer, producer, engine, fetch=fetch, routing=RULE if routing else None,
                          store_backoff_s=0.001,
                          store_backoff_max_s=0.004, max_inflight_pages=window,
@@ -115,7 +104,7 @@ def test_every_page_ends_once_the_store_answers(
         # (after a rebalance, pages in flight on the partitions moved may end twice)
         assert all(r.status.value == "ok" for r in results(producer))
         routed = {CODEC.decode_as(v, PageTask).page_no for t, _, v in producer.delivered
-                  if t == ACCURATE}  # fmt: skip
+                  if t == PAGES_ACCURATE}  # fmt: skip
         assert routed == ({p for p in range(1, count + 1) if (20 + p) % 2} if routing else set())
         worker.step()  # the loop resumes partitions at the start of its next turn
         assert consumer.paused == set()  # every partition fetches again
