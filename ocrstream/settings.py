@@ -63,6 +63,10 @@ class KafkaSettings(BaseSettings):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
     ssl_endpoint_identification: bool = True
+    # A partition a consumer is not holding back that has handed over nothing for this long
+    # while its log goes further is fetched again from its position (ocrstream.streams.
+    # fetch_watch): the webhook agent and the OCR workers.
+    fetch_stall_s: float = 30.0
     extra: dict[str, SecretStr] = Field(
         default_factory=dict,
         description="Further librdkafka properties, as a JSON object in OCRSTREAM_KAFKA_EXTRA "

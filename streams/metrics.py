@@ -150,6 +150,15 @@ class Metrics:
             namespace=ns,
             registry=reg,
         )
+        self.consumer_fetch_stalls = Counter(
+            "consumer_fetch_stalls",
+            "Times a partition a consumer was not holding back sat behind its log's end with "
+            "nothing fetched for a while and was sent back to its position "
+            "(see ocrstream.streams.fetch_watch); anything above zero is worth a look.",
+            ["agent", "topic"],
+            namespace=ns,
+            registry=reg,
+        )
         self.paused_partitions = Gauge(
             "paused_partitions",
             "Partitions paused for back-pressure, by reason.",

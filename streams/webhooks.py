@@ -27,6 +27,11 @@ and recover. One retry topic with due times in headers, instead of one topic per
 because the agent orders by due time itself; the cost is that retries are held in memory
 (``max_pending``, then the retry topic is paused). A delivery re-read after a crash may be
 sent again: receivers de-duplicate by ``X-Ocrstream-Delivery``, the same on every attempt.
+
+A partition of either topic that the agent is not holding back and that hands over nothing
+for ``OCRSTREAM_KAFKA_FETCH_STALL_S`` while its log goes further is fetched again from its
+position (:mod:`ocrstream.streams.fetch_watch`): once in CI a new agent was handed nothing from
+both partitions of ``ocr.documents.v1`` for two minutes.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from ocrstream.schemas.records import DocumentEvent
 from ocrstream.settings import KafkaSettings, WebhookSettings
 from ocrstream.streams import topics as t
 from ocrstream.streams.dlq import dead_letter
+from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.offsets import OffsetTracker
 from ocrstream.streams.producer import RecordProducer
@@ -111,6 +117,8 @@ class WebhookAgent:
         self.paused: set[TP] = set()
         self.ends: dict[TP, int] = {}  # retry partitions not caught up: their end at assignment
         self.fatal: FatalError | None = None
+        self.watch = FetchWatch(self.consumer, metrics, "webhooks",
+                                stall_after_s=kafka.fetch_stall_s)  # fmt: skip
         for outcome in OUTCOMES:  # exported at 0 from the start
             metrics.webhook_deliveries.labels(outcome)
         metrics.webhook_pending_retries.set(0)
@@ -138,6 +146,7 @@ class WebhookAgent:
                     self._collect()
                     self._fire(pool)
                     self._flow()
+                    self.watch.check(self.paused)
                     self.producer.poll(0)
                     self.metrics.webhook_pending_retries.set(self.book.waiting)
             finally:
@@ -175,6 +184,7 @@ class WebhookAgent:
     # --- records in ---------------------------------------------------------------------------
 
     def _take(self, msg: Message) -> None:
+        self.watch.heard((msg.topic() or "", msg.partition() or 0))
         error = msg.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
@@ -356,6 +366,7 @@ class WebhookAgent:
             self.paused -= resume
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.watch.assigned((tp.topic, tp.partition) for tp in partitions)
         for tp in partitions:
             key = (tp.topic, tp.partition)
             self.assigned.add(key)
@@ -386,6 +397,7 @@ class WebhookAgent:
             if p.tp in tps:
                 p.dropped = True
         self.book.drop(tps)
+        self.watch.forget(tps)
         self.tracker.forget(list(tps))
         self.assigned -= tps
         self.paused -= tps

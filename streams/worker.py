@@ -26,6 +26,8 @@ parts, deliver, and let the delivery callbacks store the offsets. Each job is on
   one circuit for the whole worker, one probe per backoff.
 - Pause and resume (:mod:`~ocrstream.streams.flow`): a partition is paused while it waits for
   the store or holds its share of the intake; ``paused_partitions{reason}`` says which.
+- A partition not paused that hands over nothing for ``OCRSTREAM_KAFKA_FETCH_STALL_S`` while
+  its log goes further is fetched again from its position (:mod:`~ocrstream.streams.fetch_watch`).
 - Decoding (:mod:`~ocrstream.streams.decode`) in ``decode_threads`` threads.
 - Micro-batching across documents
   (:class:`~ocrstream.processors.ocr.batching.BatchingEngine`): decoded pages of any document
@@ -82,6 +84,7 @@ from ocrstream.streams import dlq, topics
 from ocrstream.streams.breaker import StoreBreaker
 from ocrstream.streams.decode import DecodePool
 from ocrstream.streams.delivery import Delivery, result_value
+from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.flow import PartitionFlow
 from ocrstream.streams.gpu_metrics import start_gpu_metrics
 from ocrstream.streams.intake import Intake, Origin, Pending
@@ -195,6 +198,8 @@ class OcrWorker:
         self._window = InflightWindow.of(settings)
         self._breaker = StoreBreaker(settings.store_backoff_s, settings.store_backoff_max_s)
         self._flow = PartitionFlow(self.consumer)
+        self._watch = FetchWatch(self.consumer, metrics, f"ocr-worker-{self.pool.value}",
+                                 stall_after_s=kafka.fetch_stall_s)  # fmt: skip
         self._cache = (
             PageCache(
                 kafka=kafka,
@@ -274,11 +279,13 @@ class OcrWorker:
             timeout=self._poll_timeout(),
         )
         for msg in msgs:
+            self._watch.heard((msg.topic() or "", msg.partition() or 0))
             err = msg.error()
             if err is not None:
                 self._consumer_error(err)
             else:
                 self._accept(msg)
+        self._watch.check(self._flow.paused)
         now = time.monotonic()
         self._collect_decoded(now)
         for page in self._breaker.due(now):  # the store answers again, or the next probe
@@ -546,6 +553,7 @@ class OcrWorker:
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = _tps(partitions)
         self._flow.assign(tps)
+        self._watch.assigned(tps)
         log.info("assigned %s", sorted(p for _, p in tps))
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -567,6 +575,7 @@ class OcrWorker:
     def _forget(self, tps: set[TP]) -> None:
         self._tracker.forget(list(tps))
         self._flow.forget(tps)
+        self._watch.forget(tps)
 
 
 def _tps(partitions: list[TopicPartition]) -> set[TP]:

@@ -63,6 +63,7 @@ KNOWN_METRICS: dict[str, Metric] = {
     "ocrstream_dlq_total": _m("counter", "stage", "code"),
     "ocrstream_cache_total": _m("counter", "result"),
     "ocrstream_agent_stalled_records_total": _m("counter", "agent", "topic"),
+    "ocrstream_consumer_fetch_stalls_total": _m("counter", "agent", "topic"),
     "ocrstream_inflight_documents": _m("gauge"),
     "ocrstream_worker_info": _m("gauge", "backend", "model", "device"),
     "ocrstream_gpu_utilization_ratio": _m("gauge", "device"),

@@ -95,6 +95,31 @@ class FakeConsumer:
     def resume(self, tps: list[TopicPartition]) -> None:
         self.paused -= {tp.partition for tp in tps}
 
+    # what a fetch watch asks (ocrstream.streams.fetch_watch): this consumer never stalls, so
+    # its position is the first queued record's offset, where its fetching stands
+
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float = 0.0, cached: bool = False
+    ) -> tuple[int, int]:
+        return 0, self.next_offset.get(tp.partition, 0)
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        def at(p: int) -> int:
+            queue = self.queues[p]
+            return queue[0].offset() if queue else self.next_offset.get(p, 0)
+
+        return [TopicPartition(tp.topic, tp.partition, at(tp.partition)) for tp in tps]
+
+    def committed(self, tps: list[TopicPartition], timeout: float = 0.0) -> list[TopicPartition]:
+        def stored(p: int) -> int:
+            offset = self.last_stored(p)
+            return -1001 if offset is None else offset  # OFFSET_INVALID: nothing committed
+
+        return [TopicPartition(tp.topic, tp.partition, stored(tp.partition)) for tp in tps]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.queues[tp.partition] = [m for m in self.log[tp.partition] if m.offset() >= tp.offset]
+
     def store_offsets(self, offsets: list[TopicPartition]) -> None:
         self.stored.extend((tp.partition, tp.offset) for tp in offsets)
 

@@ -1,0 +1,131 @@
+"""A partition a confluent-kafka consumer stopped fetching, found and fetched again.
+
+Once in CI (session 31), the webhook agent's consumer was assigned both partitions of
+``ocr.documents.v1``, with two documents' events on them, and handed the loop nothing for two
+minutes: no record, no error, the group stable. librdkafka keeps a partition's fetch state to
+itself, so a loop cannot tell "nothing to read" from "not reading" — except by asking the broker
+where the log ends. :class:`FetchWatch` does that, but only for a partition the loop is not
+holding back (paused) and has heard nothing from (no record, no end-of-partition event) for
+``stall_after_s`` (counted from when the loop last held it back, if it did): then it asks for
+the partition's end (one ``ListOffsets`` request), and if the consumer's position is behind it,
+the partition is *stalled*. It is logged as a warning, counted in
+``ocrstream_consumer_fetch_stalls_total{agent,topic}``, resumed (a no-op unless librdkafka held
+it paused) and sent back (``seek``) to its position: the first offset the loop has not been
+handed, so nothing is read twice. A partition still behind at the same position and end is not
+sent back again (a log that ends in transaction markers keeps its end one past its last record):
+a stall is acted on once.
+
+Where the consumer has handed the loop nothing from a partition yet, its position is the group's
+committed offset, or where the group has none the log's start (``auto.offset.reset`` is
+``earliest`` in every loop that uses this).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
+
+from ocrstream.streams.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+
+
+class FetchWatch:
+    """See the module docstring. Tell it what is assigned (:meth:`assigned`, :meth:`forget`)
+    and what was heard (:meth:`heard`), and call :meth:`check` from the loop."""
+
+    def __init__(
+        self,
+        consumer: Any,
+        metrics: Metrics,
+        agent: str,
+        *,
+        stall_after_s: float = 30.0,
+        interval_s: float = 5.0,
+        timeout_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.consumer, self.metrics, self.agent = consumer, metrics, agent
+        self.stall_after_s, self.interval_s, self.timeout_s = stall_after_s, interval_s, timeout_s
+        self.clock = clock
+        self._heard: dict[TP, float] = {}  # when each assigned partition was last heard from
+        self._acted: dict[TP, tuple[int, int]] = {}  # (position, end) a stall was acted on at
+        self._next = clock() + interval_s
+
+    def assigned(self, tps: Iterable[TP]) -> None:
+        now = self.clock()
+        for tp in tps:
+            self._heard[tp] = now
+            self._acted.pop(tp, None)
+
+    def forget(self, tps: Iterable[TP]) -> None:
+        for tp in tps:
+            self._heard.pop(tp, None)
+            self._acted.pop(tp, None)
+
+    def heard(self, tp: TP) -> None:
+        """A record or an end-of-partition event came from ``tp``."""
+        if tp in self._heard:
+            self._heard[tp] = self.clock()
+
+    def check(self, paused: Iterable[TP] = ()) -> list[TP]:
+        """Every ``interval_s``: the partitions found stalled and sent back, as described in
+        the module docstring (none between checks)."""
+        now = self.clock()
+        if now < self._next:
+            return []
+        self._next = now + self.interval_s
+        held = set(paused)
+        for tp in held & self._heard.keys():  # the wait counts from when the loop lets it go
+            self._heard[tp] = now
+        quiet = [tp for tp, at in self._heard.items() if now - at >= self.stall_after_s]
+        sent: list[TP] = []
+        for tp in quiet:
+            try:
+                behind = self._behind(tp)
+            except KafkaException as e:  # the broker did not answer: ask again next time
+                log.debug("fetch watch: cannot read %s[%d]'s end: %s", *tp, e)
+                continue
+            if behind is None:
+                self._heard[tp] = now  # caught up: the wait starts again
+                self._acted.pop(tp, None)
+                continue
+            if self._acted.get(tp) == behind:
+                continue
+            self._acted[tp] = behind
+            self._send_back(tp, *behind, quiet_s=now - self._heard[tp])
+            self._heard[tp] = now
+            sent.append(tp)
+        return sent
+
+    def _behind(self, tp: TP) -> tuple[int, int] | None:
+        """(position, end) where the partition has records the loop was not handed, else None."""
+        part = TopicPartition(*tp)
+        low, high = self.consumer.get_watermark_offsets(part, timeout=self.timeout_s,
+                                                        cached=False)  # fmt: skip
+        position = self.consumer.position([part])[0].offset
+        if position == OFFSET_INVALID or position < 0:  # nothing handed over yet
+            committed = self.consumer.committed([part], timeout=self.timeout_s)[0].offset
+            position = committed if committed >= 0 else low
+        position = max(position, low)  # records below the log's start are gone
+        return (position, high) if position < high else None
+
+    def _send_back(self, tp: TP, position: int, end: int, quiet_s: float) -> None:
+        log.warning(
+            "%s: nothing from %s[%d] for %.0fs although its log ends at %d and the consumer "
+            "is at %d: fetching it again from %d", self.agent, *tp, quiet_s, end, position,
+            position,
+        )  # fmt: skip
+        self.metrics.consumer_fetch_stalls.labels(self.agent, tp[0]).inc()
+        part = TopicPartition(tp[0], tp[1], position)
+        try:
+            self.consumer.resume([TopicPartition(*tp)])
+            self.consumer.seek(part)
+        except KafkaException as e:
+            log.warning("%s: could not send %s[%d] back to %d: %s", self.agent, *tp, position, e)

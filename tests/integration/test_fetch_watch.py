@@ -1,0 +1,94 @@
+"""A partition librdkafka stopped fetching is found and fetched again, on a real broker.
+
+The stall seen once in CI (a consumer assigned partitions with records on them that handed
+over nothing for two minutes) cannot be caused on purpose; here it is stood in for by pausing
+a partition inside librdkafka behind the loop's back, which leaves the loop in the same
+place: assigned, not holding the partition back, and handed nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from ocrstream.settings import KafkaSettings
+from ocrstream.streams import topics as t
+from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.metrics import Metrics
+
+pytestmark = pytest.mark.integration
+
+STALL_S = 2.0
+
+
+def _stalls(metrics: Metrics, topic: str) -> float:
+    value = metrics.registry.get_sample_value(
+        "ocrstream_consumer_fetch_stalls_total", {"agent": "test", "topic": topic}
+    )
+    return value or 0.0
+
+
+def test_a_partition_the_consumer_stopped_fetching_is_fetched_again_from_its_position(
+    topics: KafkaSettings,
+) -> None:
+    topic = topics.topic(t.DOCUMENTS)  # two partitions at the tests' scale
+    consumer = Consumer(topics.librdkafka(**{
+        "group.id": topics.topic(f"fetch-watch-{uuid.uuid4().hex[:8]}"),
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "partition.assignment.strategy": "cooperative-sticky",
+    }))  # fmt: skip
+    metrics = Metrics()
+    watch = FetchWatch(consumer, metrics, "test", stall_after_s=STALL_S, interval_s=0.2)
+    assigned: list[int] = []
+
+    def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:
+        watch.assigned((p.topic, p.partition) for p in parts)
+        assigned.extend(p.partition for p in parts)
+
+    consumer.subscribe([topic], on_assign=on_assign)
+    try:
+        deadline = time.monotonic() + 60
+        while sorted(assigned) != [0, 1] and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert sorted(assigned) == [0, 1]
+        # The stall: librdkafka stops fetching partition 0, the loop not knowing. And the
+        # loop holds partition 1 back itself (as for back-pressure): not the watch's to touch.
+        consumer.pause([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+        held = {(topic, 1)}
+        producer = Producer(topics.librdkafka())
+        for n in range(3):
+            producer.produce(topic, key=f"doc-{n}", value=b"v", partition=0)
+        producer.produce(topic, key=b"held", value=b"v", partition=1)
+        assert producer.flush(30) == 0
+        produced = time.monotonic()
+
+        got: list[tuple[int, int, float]] = []  # partition, offset, when
+        sent: list[tuple[str, int]] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            for msg in consumer.consume(10, 0.1):
+                if msg.error() is None:
+                    watch.heard((topic, msg.partition() or 0))
+                    got.append((msg.partition() or 0, msg.offset() or 0, time.monotonic()))
+            sent += watch.check(held)
+        assert sent == [(topic, 0)]
+        assert [(p, o) for p, o, _ in got] == [(0, 0), (0, 1), (0, 2)]
+        assert got[0][2] - produced >= STALL_S - 0.5  # not before the partition had stalled
+        assert _stalls(metrics, topic) == 1
+
+        # Caught up, and partition 1 still held back by the loop: nothing more is sent back,
+        # nothing is read twice, and the held record stays unread.
+        end = time.monotonic() + 2 * STALL_S + 1
+        while time.monotonic() < end:
+            for msg in consumer.consume(10, 0.1):
+                if msg.error() is None:
+                    got.append((msg.partition() or 0, msg.offset() or 0, time.monotonic()))
+            sent += watch.check(held)
+        assert sent == [(topic, 0)]
+        assert len(got) == 3
+        assert _stalls(metrics, topic) == 1
+    finally:
+        consumer.close()

@@ -1,0 +1,82 @@
+"""When the fetch watch sends a partition back, and when it leaves one alone (the real stall,
+on a broker: tests/integration/test_fetch_watch.py)."""
+
+from __future__ import annotations
+
+from confluent_kafka import TopicPartition
+
+from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.metrics import Metrics
+from tests.fakes.kafka import PAGES, FakeConsumer
+
+STALL_S = 30.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _watch(consumer: FakeConsumer) -> tuple[FetchWatch, Clock, Metrics]:
+    clock, metrics = Clock(), Metrics()
+    watch = FetchWatch(consumer, metrics, "test", stall_after_s=STALL_S, interval_s=5.0,
+                       clock=clock)  # fmt: skip
+    watch.assigned([(PAGES, 0), (PAGES, 1)])
+    return watch, clock, metrics
+
+
+def _stalls(metrics: Metrics) -> float:
+    labels = {"agent": "test", "topic": PAGES}
+    return metrics.registry.get_sample_value("ocrstream_consumer_fetch_stalls_total", labels) or 0
+
+
+def test_a_partition_behind_its_end_and_quiet_is_sent_back_once_per_stall() -> None:
+    consumer = FakeConsumer()
+    watch, clock, metrics = _watch(consumer)
+    consumer.push(0, b"k", b"v")  # a record the loop is never handed
+    clock.now += STALL_S - 1
+    assert watch.check() == []  # not quiet long enough yet
+    clock.now += 5
+    assert watch.check() == [(PAGES, 0)]  # partition 1 is quiet too, but has nothing to read
+    assert _stalls(metrics) == 1
+    # still behind at the same position and end: acted on already
+    clock.now += 2 * STALL_S
+    assert watch.check() == []
+    # the log goes further and still nothing comes: a stall again
+    consumer.push(0, b"k", b"v")
+    clock.now += STALL_S
+    assert watch.check() == [(PAGES, 0)]
+    assert _stalls(metrics) == 2
+
+
+def test_a_partition_heard_from_or_held_back_by_the_loop_is_left_alone() -> None:
+    consumer = FakeConsumer()
+    watch, clock, metrics = _watch(consumer)
+    consumer.pause([TopicPartition(PAGES, 1)])
+    consumer.push(1, b"k", b"v")
+    for _ in range(20):  # partition 0 keeps handing records over; partition 1 is held back
+        clock.now += 5
+        consumer.push(0, b"k", b"v")
+        for msg in consumer.consume(10, 0):
+            watch.heard((msg.topic(), msg.partition()))
+        assert watch.check(paused={(PAGES, 1)}) == []
+    # let go with a record waiting: the wait starts now, not when it was last heard from (and
+    # the record is not handed over: the stall)
+    consumer.resume([TopicPartition(PAGES, 1)])
+    clock.now += 5
+    assert watch.check() == []
+    clock.now += STALL_S
+    assert watch.check() == [(PAGES, 1)]
+    assert _stalls(metrics) == 1
+
+
+def test_a_forgotten_partition_is_not_watched() -> None:
+    consumer = FakeConsumer()
+    watch, clock, _ = _watch(consumer)
+    consumer.push(0, b"k", b"v")
+    watch.forget([(PAGES, 0)])
+    clock.now += 2 * STALL_S
+    assert watch.check() == []
