@@ -12,6 +12,8 @@ Stages are ``splitter``, ``ocr``, ``assembler`` (and ``decode``, ``fetch``, ``pr
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 from prometheus_client import (
     REGISTRY,
@@ -307,14 +309,43 @@ def process_metrics() -> Metrics:
     return _process_metrics
 
 
-def serve(port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None) -> None:
-    """Expose ``/metrics`` on ``addr:port`` from a daemon thread; port 0 disables it."""
+# A port still held (by the agent this one replaces, draining for up to its drain timeout on a
+# quick restart) is tried again this often, for as long as the process runs.
+RETRY_BIND_S = 2.0
+# and a port still refused is logged again this often (the first refusal at once)
+RELOG_S = 600.0
+
+
+def serve(port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None,
+          *, retry_s: float = RETRY_BIND_S) -> None:  # fmt: skip
+    """Expose ``/metrics`` on ``addr:port`` from a daemon thread; port 0 disables it.
+
+    A port in use does not stop the agent, nor leave it unscraped for the rest of its life: it
+    is logged as an error and tried again every ``retry_s`` from a daemon thread until it binds
+    (then logged as served). On one machine, an agent started again at once finds its port
+    still held by its predecessor, which drains for several seconds after SIGTERM."""
     if port <= 0:
         return
+    reg = registry or REGISTRY
     try:
-        start_http_server(port, addr=addr, registry=registry or REGISTRY)
-    except OSError as e:
-        # A second agent on the same port must not die for its metrics; say so loudly.
-        log.error("cannot serve metrics on %s:%d: %s", addr, port, e)
+        start_http_server(port, addr=addr, registry=reg)
         return
-    log.info("metrics on http://%s:%d/metrics", addr, port)
+    except OSError as e:
+        log.error("cannot serve metrics on %s:%d: %s; trying again every %gs", addr, port, e,
+                  retry_s)  # fmt: skip
+
+    def keep_trying() -> None:
+        logged = time.monotonic()
+        while True:
+            time.sleep(retry_s)
+            try:
+                start_http_server(port, addr=addr, registry=reg)
+            except OSError as e:
+                if time.monotonic() - logged >= RELOG_S:
+                    log.error("still cannot serve metrics on %s:%d: %s", addr, port, e)
+                    logged = time.monotonic()
+                continue
+            log.info("serving metrics on %s:%d", addr, port)
+            return
+
+    threading.Thread(target=keep_trying, name=f"metrics-bind-{port}", daemon=True).start()

@@ -3,9 +3,16 @@ buckets, and nothing is registered until an entry point asks for it."""
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
+import urllib.request
+
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from ocrstream.streams.metrics import BATCH_BUCKETS, STAGE_BUCKETS, Metrics
+from ocrstream.streams.metrics import BATCH_BUCKETS, STAGE_BUCKETS, Metrics, serve
+from tests.polling import wait_until
 
 DOCUMENTED_NAMES = (
     "ocrstream_pages_total",
@@ -65,3 +72,34 @@ def test_two_instances_do_not_collide() -> None:
     a.documents.labels("failed").inc()
     assert "ocrstream_documents_total" not in exposition(b).split("# TYPE")[0]
     assert 'ocrstream_documents_total{status="failed"}' not in exposition(b)
+
+
+def test_an_agent_whose_port_is_still_held_serves_its_metrics_once_the_port_is_free(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Started again at once on one machine, an agent finds its metrics port held by the one
+    it replaces, which drains for seconds after SIGTERM: it serves once the port is free,
+    instead of running unscraped for the rest of its life."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    m = Metrics(CollectorRegistry())
+    m.pages.labels("ocr", "ok").inc(7)
+    with caplog.at_level(logging.INFO, logger="ocrstream.streams.metrics"):
+        serve(port, addr="127.0.0.1", registry=m.registry, retry_s=0.1)
+        assert f"cannot serve metrics on 127.0.0.1:{port}" in caplog.text
+        time.sleep(0.5)  # still held: nothing of ours answers there
+        holder.close()
+        text = wait_until(lambda: _scrape(port), 10, "metrics served once the port is free")
+    assert 'ocrstream_pages_total{stage="ocr",status="ok"} 7.0' in text
+    assert f"serving metrics on 127.0.0.1:{port}" in caplog.text
+
+
+def _scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as answer:
+            return answer.read().decode()
+    except OSError:
+        return None
