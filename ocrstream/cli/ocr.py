@@ -135,17 +135,23 @@ def make_engine(settings: OcrSettings) -> Any:
     return OcrEngine(settings)
 
 
+# the names `ocrstream submit --output` gives the same outputs
+FORMAT_ALIASES = {"txt": "text", "md": "markdown"}
+
+
 @click.command("ocr")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "text", "markdown", "pdf"]),
+    type=click.Choice(["json", "text", "markdown", "pdf", "txt", "md"]),
     default="json",
     show_default=True,
+    callback=lambda _ctx, _param, value: FORMAT_ALIASES.get(value, value),
     help="document.json, plain text in reading order, Markdown (structure with --mode layout), "
     "or a searchable PDF: a PDF input with an invisible text layer on the pages OCR read, an "
-    "image input as a PDF of its pages (binary: several inputs need --output).",
+    "image input as a PDF of its pages (binary: several inputs need --output). txt and md, as "
+    "`ocrstream submit --output` names them, are text and markdown.",
 )
 @click.option(
     "--mode",

@@ -90,6 +90,10 @@ def test_pdf_with_text_layer_and_scan_to_files(cli: CliRunner, pdf: Path, tmp_pa
     assert text.count("\f") == 1
     assert "4711" in text
     assert "Quarterly" in text
+    # txt, as `ocrstream submit --output` names it, is the same output
+    result = cli.invoke(main, ["ocr", str(pdf), "--format", "txt", "-o", str(out / "again")])
+    assert result.exit_code == 0, result.output
+    assert (out / "again" / "mixed.txt").read_text() == text
 
 
 def test_a_pdf_becomes_itself_with_the_text_of_its_scanned_page(
