@@ -12,16 +12,9 @@ import pytest
 from ocrstream.api.limits import PAGES, REQUESTS, Limiter, count_pages
 from ocrstream.api.usage import UsageLog
 from ocrstream.settings import ApiSettings, KafkaSettings, LimitsSettings, TenantLimits
+from tests.fakes.clock import FakeClock
 
 T0 = 1_764_547_200.0  # 2025-12-01 00:00:00 UTC
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Sink:
@@ -32,7 +25,7 @@ class Sink:
         self.sent.append((tenant, second, requests, pages))
 
 
-def limiter(clock: Clock, **settings: object) -> tuple[Limiter, Sink, list[tuple[str, str]]]:
+def limiter(clock: FakeClock, **settings: object) -> tuple[Limiter, Sink, list[tuple[str, str]]]:
     refused: list[tuple[str, str]] = []
     sink = Sink()
     made = Limiter(ApiSettings(**settings), sink, clock=clock,  # type: ignore[arg-type]
@@ -41,7 +34,7 @@ def limiter(clock: Clock, **settings: object) -> tuple[Limiter, Sink, list[tuple
 
 
 def test_requests_past_the_limit_wait_for_the_oldest_to_leave_the_minute() -> None:
-    clock = Clock(T0 + 10.5)
+    clock = FakeClock(T0 + 10.5)
     lim, sink, refused = limiter(clock, requests_per_minute=5)
     for _ in range(3):
         assert lim.admit_request("acme") is None
@@ -64,7 +57,7 @@ def test_requests_past_the_limit_wait_for_the_oldest_to_leave_the_minute() -> No
 
 
 def test_a_burst_in_one_second_waits_the_whole_minute() -> None:
-    clock = Clock(T0 + 5.0)
+    clock = FakeClock(T0 + 5.0)
     lim, _, _ = limiter(clock, requests_per_minute=3)
     assert [lim.admit_request("a") for _ in range(3)] == [None] * 3
     refusal = lim.admit_request("a")
@@ -73,7 +66,7 @@ def test_a_burst_in_one_second_waits_the_whole_minute() -> None:
 
 
 def test_other_replicas_usage_counts_and_none_is_sent_back() -> None:
-    clock = Clock(T0 + 100.0)
+    clock = FakeClock(T0 + 100.0)
     lim, sink, _ = limiter(clock, requests_per_minute=10)
     lim.add_remote("acme", int(T0) + 40, 50, 0)  # read back at start: out of the minute
     lim.add_remote("acme", int(T0) + 95, 9, 0)
@@ -85,7 +78,7 @@ def test_other_replicas_usage_counts_and_none_is_sent_back() -> None:
 
 
 def test_per_tenant_overrides_and_no_limit() -> None:
-    clock = Clock(T0)
+    clock = FakeClock(T0)
     lim, _, _ = limiter(clock, requests_per_minute=1,
                         tenant_limits={"big": TenantLimits(requests_per_minute=0),
                                        "tiny": TenantLimits(pages_per_day=2)})  # fmt: skip
@@ -98,14 +91,14 @@ def test_per_tenant_overrides_and_no_limit() -> None:
 
 
 def test_no_limits_at_all_counts_nothing() -> None:
-    lim, sink, _ = limiter(Clock(T0))
+    lim, sink, _ = limiter(FakeClock(T0))
     assert not lim.enabled
     assert lim.admit_request("acme") is None
     assert sink.sent == []
 
 
 def test_pages_are_charged_whole_documents_per_utc_day() -> None:
-    clock = Clock(T0 + 3600)
+    clock = FakeClock(T0 + 3600)
     lim, sink, refused = limiter(clock, pages_per_day=10)
     assert lim.pages_left("acme") is None
     assert lim.charge_pages("acme", 6) is None
@@ -126,7 +119,7 @@ def test_pages_are_charged_whole_documents_per_utc_day() -> None:
 def test_usage_records_round_trip_and_a_replica_skips_its_own() -> None:
     seen: list[tuple[str, int, int, int]] = []
     lags: list[float] = []
-    clock = Clock(T0 + 1.0)
+    clock = FakeClock(T0 + 1.0)
     log = UsageLog(KafkaSettings(), lambda *a: seen.append(a), 100, on_lag=lags.append,
                    clock=clock)  # fmt: skip
     other = UsageLog(KafkaSettings(), lambda *a: None, 100, clock=clock)

@@ -16,6 +16,7 @@ import pytest
 from ocrstream.processors.ocr.backends import choice, create_stages, resolve
 from ocrstream.processors.ocr.models import load_model_set
 from ocrstream.settings import OcrSettings
+from tests.fakes.clock import FakeClock
 from tests.fakes.engines import cer, render_text_page
 
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
@@ -29,23 +30,11 @@ needs_both = pytest.mark.skipif(
 TIME_SCALE = 0.25
 
 
-class _VirtualClock:
-    """The measurement's timer while fake sessions run: a run advances it by exactly the time
-    its session says, so a race between fake backends comes out the same on a machine busy
-    with other tests (with real sleeps, a candidate 3x slower once landed within 1.25x of the
-    fastest under CI's load and ran a second round)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-CLOCK = _VirtualClock()
+# The measurement's timer while fake sessions run: a run advances it by exactly the time its
+# session says, so a race between fake backends comes out the same on a machine busy with other
+# tests (with real sleeps, a candidate 3x slower once landed within 1.25x of the fastest under
+# CI's load and ran a second round).
+CLOCK = FakeClock()
 
 
 @pytest.fixture

@@ -7,21 +7,14 @@ from confluent_kafka import TopicPartition
 
 from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.metrics import Metrics
+from tests.fakes.clock import FakeClock
 from tests.fakes.kafka import PAGES, FakeConsumer
 
 STALL_S = 30.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _watch(consumer: FakeConsumer) -> tuple[FetchWatch, Clock, Metrics]:
-    clock, metrics = Clock(), Metrics()
+def _watch(consumer: FakeConsumer) -> tuple[FetchWatch, FakeClock, Metrics]:
+    clock, metrics = FakeClock(100.0), Metrics()
     watch = FetchWatch(consumer, metrics, "test", stall_after_s=STALL_S, interval_s=5.0,
                        clock=clock)  # fmt: skip
     watch.assigned([(PAGES, 0), (PAGES, 1)])
