@@ -2,13 +2,15 @@
 
 Once in CI (session 31), the webhook agent's consumer was assigned both partitions of
 ``ocr.documents.v1``, with two documents' events on them, and handed the loop nothing for two
-minutes: no record, no error, the group stable. librdkafka keeps a partition's fetch state to
-itself, so a loop cannot tell "nothing to read" from "not reading" — except by asking the broker
-where the log ends. :class:`FetchWatch` does that, but only for a partition the loop is not
-holding back (paused) and has heard nothing from (no record, no end-of-partition event) for
-``stall_after_s`` (counted from when the loop last held it back, if it did): then it asks for
-the partition's end (one ``ListOffsets`` request), and if the consumer's position is behind it,
-the partition is *stalled*. It is logged as a warning, counted in
+minutes: no record, no error, the group stable. The cause is not known; librdkafka has had
+stalls of this kind (partitions left waiting on a leader-epoch check that never ends: its issues
+4425 and 4492), and other clients watch for them the same way. librdkafka keeps a partition's
+fetch state to itself, so a loop cannot tell "nothing to read" from "not reading" — except by
+asking the broker where the log ends. :class:`FetchWatch` does that, but only for a partition
+the loop is not holding back (paused) and has heard nothing from (no record, no end-of-partition
+event) for ``stall_after_s`` (counted from when the loop last held it back, if it did): then it
+asks for the partition's end (one ``ListOffsets`` request), and if the consumer's position is
+behind it, the partition is *stalled*. It is logged as a warning, counted in
 ``ocrstream_consumer_fetch_stalls_total{agent,topic}``, resumed (a no-op unless librdkafka held
 it paused) and sent back (``seek``) to its position: the first offset the loop has not been
 handed, so nothing is read twice. A partition still behind at the same position and end is not
