@@ -65,7 +65,7 @@ class KafkaSettings(BaseSettings):
     ssl_endpoint_identification: bool = True
     # A partition a consumer is not holding back that has handed over nothing for this long
     # while its log goes further is fetched again from its position (ocrstream.streams.
-    # fetch_watch): the webhook agent and the OCR workers.
+    # fetch_watch): the webhook agent, the OCR workers and the API's document book.
     fetch_stall_s: float = 30.0
     extra: dict[str, SecretStr] = Field(
         default_factory=dict,

@@ -189,7 +189,7 @@ def create_app(
     keys = KeyFile(api.keys_file)
     store = ObjectStore(s3)
     client = OcrClient(kafka, s3, limits=limits)
-    book = DocumentBook(kafka, client.codec)
+    book = DocumentBook(kafka, client.codec, metrics)
     limiter = Limiter(
         api,
         on_refusal=lambda tenant, limit: metrics.api_limited.labels(tenant, limit).inc(),

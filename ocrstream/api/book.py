@@ -7,7 +7,9 @@ rebuilds the whole book, and a replica keeps no state of its own — any replica
 once it has caught up (``/readyz`` says so). A consumer per request would read the whole
 compacted topic for every status call. The book holds one small record per document (the
 compacted topics' size): fine for millions of documents; beyond that it would be keyed by a
-store lookup instead.
+store lookup instead. A partition that hands over nothing while its log goes further is fetched
+again from its position (:mod:`ocrstream.streams.fetch_watch`, agent ``api-book``): a book
+that stopped reading would answer stale statuses for as long as the replica runs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import DocumentEvent, DocumentProgress
 from ocrstream.settings import KafkaSettings
 from ocrstream.streams import topics
+from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +43,12 @@ class DocumentBook:
     """The latest progress and the terminal event of every document, kept current in a
     daemon thread."""
 
-    def __init__(self, kafka: KafkaSettings, codec: Codec | None = None) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, codec: Codec | None = None, metrics: Metrics | None = None
+    ) -> None:
         self.kafka = kafka
         self.codec = codec or Codec(kafka)
+        self.metrics = metrics or Metrics()
         self._lock = threading.Lock()
         self._events: dict[str, DocumentEvent] = {}
         self._progress: dict[str, DocumentProgress] = {}
@@ -73,6 +80,7 @@ class DocumentBook:
                     ends[(topic, p)] = high
                 assignment.append(tp)
         consumer.assign(assignment)
+        self._watch.assigned((tp.topic, tp.partition) for tp in assignment)
         return ends
 
     def _run(self) -> None:
@@ -81,6 +89,8 @@ class DocumentBook:
             "enable.auto.commit": False,
             "enable.partition.eof": False,
         }))  # fmt: skip
+        self._watch = FetchWatch(consumer, self.metrics, "api-book",
+                                 stall_after_s=self.kafka.fetch_stall_s)  # fmt: skip
         try:
             ends: dict[tuple[str, int], int] | None = None
             while ends is None and not self._stop.is_set():
@@ -92,9 +102,11 @@ class DocumentBook:
             if ends is not None and not ends:
                 self.caught_up.set()
             while not self._stop.is_set():
+                self._watch.check()
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
+                self._watch.heard((msg.topic() or "", msg.partition() or 0))
                 if msg.error() is not None:
                     log.warning("document book: %s", msg.error())
                     continue
