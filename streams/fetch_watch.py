@@ -91,9 +91,13 @@ class FetchWatch:
         for tp in quiet:
             try:
                 behind = self._behind(tp)
-            except KafkaException as e:  # the broker did not answer: ask again next time
+            except KafkaException as e:
+                # The broker did not answer: while it is away every partition goes quiet, and
+                # asking for each in turn would hold the loop timeout_s a partition. Ask again
+                # after stall_after_s.
                 log.debug("fetch watch: cannot read %s[%d]'s end: %s", *tp, e)
-                continue
+                self._next = now + max(self.interval_s, self.stall_after_s)
+                break
             if behind is None:
                 self._heard[tp] = now  # caught up: the wait starts again
                 self._acted.pop(tp, None)

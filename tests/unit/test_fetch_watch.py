@@ -3,7 +3,7 @@ on a broker: tests/integration/test_fetch_watch.py)."""
 
 from __future__ import annotations
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.metrics import Metrics
@@ -73,3 +73,35 @@ def test_a_forgotten_partition_is_not_watched() -> None:
     watch.forget([(PAGES, 0)])
     clock.now += 2 * STALL_S
     assert watch.check() == []
+
+
+class BrokerAway(FakeConsumer):
+    """The broker does not answer: every question about a partition's end times out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float = 0.0, cached: bool = False
+    ) -> tuple[int, int]:
+        self.asked += 1
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+
+def test_a_broker_that_does_not_answer_is_asked_once_per_wait_not_once_per_partition() -> None:
+    """While the broker is away every partition goes quiet; asking for each in turn would hold
+    the consumer's loop for the timeout times the partitions."""
+    consumer = BrokerAway()
+    watch, clock, metrics = _watch(consumer)
+    clock.now += STALL_S
+    assert watch.check() == []
+    assert consumer.asked == 1
+    for _ in range(5):  # the next intervals: not asked again until the wait is over
+        clock.now += 5
+        watch.check()
+    assert consumer.asked == 1
+    clock.now += STALL_S
+    watch.check()
+    assert consumer.asked == 2
+    assert _stalls(metrics) == 0
