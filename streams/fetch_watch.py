@@ -65,6 +65,8 @@ class FetchWatch:
         for tp in tps:
             self._heard[tp] = now
             self._acted.pop(tp, None)
+            # exported at 0 from the start: increase() over a series that appears at 1 reads 0
+            self.metrics.consumer_fetch_stalls.labels(self.agent, tp[0])
 
     def forget(self, tps: Iterable[TP]) -> None:
         for tp in tps:

@@ -29,6 +29,9 @@ def _stalls(metrics: Metrics) -> float:
 def test_a_partition_behind_its_end_and_quiet_is_sent_back_once_per_stall() -> None:
     consumer = FakeConsumer()
     watch, clock, metrics = _watch(consumer)
+    # exported at 0 from the assignment on, so that a dashboard's increase() sees the first one
+    labels = {"agent": "test", "topic": PAGES}
+    assert metrics.registry.get_sample_value("ocrstream_consumer_fetch_stalls_total", labels) == 0
     consumer.push(0, b"k", b"v")  # a record the loop is never handed
     clock.now += STALL_S - 1
     assert watch.check() == []  # not quiet long enough yet
