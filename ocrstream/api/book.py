@@ -67,8 +67,9 @@ class DocumentBook:
         with self._lock:
             return Entry(self._events.get(doc_id), self._progress.get(doc_id))
 
-    def _assign(self, consumer: Consumer) -> dict[tuple[str, int], int]:
-        """Assign every partition from the beginning; the end offsets to catch up to."""
+    def _assign(self, consumer: Consumer, watch: FetchWatch) -> dict[tuple[str, int], int]:
+        """Assign every partition from the beginning, watched by ``watch``; the end offsets to
+        catch up to."""
         assignment, ends = [], {}
         for name in (topics.DOCUMENTS, topics.PROGRESS):
             topic = self.kafka.topic(name)
@@ -80,7 +81,7 @@ class DocumentBook:
                     ends[(topic, p)] = high
                 assignment.append(tp)
         consumer.assign(assignment)
-        self._watch.assigned((tp.topic, tp.partition) for tp in assignment)
+        watch.assigned((tp.topic, tp.partition) for tp in assignment)
         return ends
 
     def _run(self) -> None:
@@ -89,24 +90,24 @@ class DocumentBook:
             "enable.auto.commit": False,
             "enable.partition.eof": False,
         }))  # fmt: skip
-        self._watch = FetchWatch(consumer, self.metrics, "api-book",
-                                 stall_after_s=self.kafka.fetch_stall_s)  # fmt: skip
+        watch = FetchWatch(consumer, self.metrics, "api-book",
+                           stall_after_s=self.kafka.fetch_stall_s)  # fmt: skip
         try:
             ends: dict[tuple[str, int], int] | None = None
             while ends is None and not self._stop.is_set():
                 try:
-                    ends = self._assign(consumer)
+                    ends = self._assign(consumer, watch)
                 except KafkaException as e:
                     log.warning("document book: cannot reach Kafka yet: %s", e)
                     time.sleep(1.0)
             if ends is not None and not ends:
                 self.caught_up.set()
             while not self._stop.is_set():
-                self._watch.check()
+                watch.check()
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                self._watch.heard((msg.topic() or "", msg.partition() or 0))
+                watch.heard((msg.topic() or "", msg.partition() or 0))
                 if msg.error() is not None:
                     log.warning("document book: %s", msg.error())
                     continue
