@@ -47,6 +47,31 @@ def test_an_unknown_precision_is_a_fatal_error():
     assert err.value.code == "bad_config"
 
 
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_the_convolutions_kept_in_fp32_are_the_ones_that_read_the_image():
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from ocrstream.processors.ocr.quantize import input_convolutions
+
+    image = ops.parameter([1, 3, 32, 32], np.float32, name="x")
+    scaled = ops.multiply(image, ops.constant(np.float32(1 / 255)))  # normalisation in the model
+    kernel = ops.constant(np.ones((8, 3, 3, 3), np.float32))
+    stem = ops.convolution(scaled, kernel, [2, 2], [1, 1], [1, 1], [1, 1])
+    stem.set_friendly_name("stem")
+    side = ops.convolution(image, kernel, [1, 1], [1, 1], [1, 1], [1, 1])  # a second reader
+    side.set_friendly_name("side")
+    deeper = ops.convolution(
+        ops.relu(stem), ops.constant(np.ones((8, 8, 3, 3), np.float32)), [1, 1], [1, 1], [1, 1],
+        [1, 1],
+    )  # fmt: skip
+    deeper.set_friendly_name("deeper")
+    model = ov.Model([deeper, side], [image])
+
+    assert input_convolutions(model) == ["side", "stem"]
+
+
 # A process that builds (or finds) the tiny model's INT8 models in CACHE, calibrated on one
 # dev-split page of a4-en and one receipt-like page (the real calibration reads 16: minutes),
 # reads PAGE with them and prints the text and the models it loaded.
@@ -110,6 +135,24 @@ def test_int8_models_are_built_once_reused_by_the_next_process_and_read_like_fp3
         assert path.parent == cache / "openvino" / "int8"
         manifest = json.loads(path.with_suffix(".json").read_text())
         assert "devsets=a4-en split=dev pages=1" in manifest["calibration"]
+        # the convolution reading the image stays fp32: nothing quantises its input or weights
+        import openvino as ov
+
+        assert manifest["fp32_ops"]
+        convolutions = {
+            op.get_friendly_name(): op
+            for op in ov.Core().read_model(str(path)).get_ordered_ops()
+            if op.get_type_name() in ("Convolution", "GroupConvolution")
+        }
+        quantised = [
+            name
+            for name, op in convolutions.items()
+            if any(i.get_source_output().get_node().get_type_name() == "FakeQuantize"
+                   for i in op.inputs())
+        ]  # fmt: skip
+        assert quantised  # the rest is INT8
+        assert not set(manifest["fp32_ops"]) & set(quantised)
+        assert set(manifest["fp32_ops"]) <= set(convolutions)
     made = {p: p.stat().st_mtime_ns for p in (cache / "openvino" / "int8").iterdir()}
 
     second, log = _run(cache, page)
