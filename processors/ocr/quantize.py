@@ -183,7 +183,8 @@ def calibration_inputs(
     backend = _RecordingBackend(create(fp32))
     engine = OcrEngine(fp32, backend=backend)
     try:
-        backend.seen["rec"].clear()  # the charset probe
+        for seen in backend.seen.values():
+            seen.clear()  # the engine's own start-up runs: rec's charset probe, det's warm-up
         for page in pages:
             engine.recognize([page])
     finally:

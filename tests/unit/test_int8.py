@@ -72,6 +72,23 @@ def test_the_convolutions_kept_in_fp32_are_the_ones_that_read_the_image():
     assert input_convolutions(model) == ["side", "stem"]
 
 
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_calibration_holds_the_pages_tensors_not_the_engines_start_up_runs():
+    from ocrstream.bench.datasets import render_a4_page
+    from ocrstream.processors.ocr.quantize import calibration_inputs
+
+    # OpenVINO named outright warms det up on a blank page at start-up (OCRSTREAM_OCR_BACKEND)
+    settings = OcrSettings(model="ppocrv6-tiny", threads=1, backend="openvino", det_warmup=True)
+    image, _ = render_a4_page(seed=3, dpi=100)
+
+    inputs = calibration_inputs(settings, [image, image])
+
+    assert len(inputs["det"]) == 2  # one a page, nothing else
+    assert all(float(x.std()) > 0.1 for x in inputs["det"])
+    assert inputs["rec"]
+    assert all(float(x.std()) > 0.1 for x in inputs["rec"])
+
+
 # A process that builds (or finds) the tiny model's INT8 models in CACHE, calibrated on one
 # dev-split page of a4-en and one receipt-like page (the real calibration reads 16: minutes),
 # reads PAGE with them and prints the text and the models it loaded.
