@@ -8,6 +8,8 @@ two texts (``ocrstream_shadow_cer``) and the confidence delta
 (``ocrstream_shadow_confidence_delta``). It only reads: nothing it does reaches a document.
 Offsets are committed automatically; after a restart, pairs whose first half was read before
 are not made again — the histograms are statistics, and a few pages less do not change them.
+A partition the consumer stops fetching is found and fetched again
+(:mod:`~ocrstream.streams.fetch_watch`, agent ``shadow-comparer``).
 
 :func:`comparisons` reads both topics to their current end (no group, nothing committed) for
 the report, so that ``ocrstream shadow report`` needs no comparer and no Prometheus.
@@ -22,7 +24,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ocrstream.errors import FatalError, PoisonError
 from ocrstream.processors.shadow import Comparison, PageText, ShadowJoin, Side, join_all
@@ -30,6 +32,7 @@ from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import PageResult, PageStatus
 from ocrstream.settings import KafkaSettings, ShadowSettings
 from ocrstream.streams import topics
+from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.redrive import read_to_end
 
@@ -68,9 +71,13 @@ class ShadowComparer:
             "enable.auto.commit": True,
         }))  # fmt: skip
         self.compared = 0
+        self.watch = FetchWatch(self.consumer, metrics, "shadow-comparer",
+                                stall_after_s=kafka.fetch_stall_s)  # fmt: skip
 
     def run(self, stop: threading.Event) -> None:
-        self.consumer.subscribe([self.primary_topic, self.shadow_topic])
+        self.consumer.subscribe([self.primary_topic, self.shadow_topic],
+                                on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_revoke)  # fmt: skip
         log.info("shadow comparer: %s against %s", self.shadow_topic, self.primary_topic)
         try:
             while not stop.is_set():
@@ -82,9 +89,17 @@ class ShadowComparer:
                         if err.code() != KafkaError._PARTITION_EOF:
                             log.warning("consumer error: %s", err)
                         continue
+                    self.watch.heard((msg.topic() or "", msg.partition() or 0))
                     self.handle(msg.topic(), msg.value() or b"", time.monotonic())
+                self.watch.check()  # the comparer holds no partition back
         finally:
             self.consumer.close()
+
+    def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.watch.assigned((tp.topic, tp.partition) for tp in partitions)
+
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.watch.forget((tp.topic, tp.partition) for tp in partitions)
 
     def handle(self, topic: str | None, value: bytes, now: float) -> Comparison | None:
         """One record of either topic; observes and returns the comparison it completes."""

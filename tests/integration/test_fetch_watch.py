@@ -7,8 +7,10 @@ place: assigned, not holding the partition back, and handed nothing."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -92,3 +94,66 @@ def test_a_partition_the_consumer_stopped_fetching_is_fetched_again_from_its_pos
         assert _stalls(metrics, topic) == 1
     finally:
         consumer.close()
+
+
+class _StallingConsumer(Consumer):
+    """A consumer that librdkafka stops fetching from as soon as it has partitions, behind
+    its loop's back (the stall stood in for as above)."""
+
+    stalled = False
+
+    def consume(self, *args: Any, **kwargs: Any) -> list[Any]:
+        got = super().consume(*args, **kwargs)
+        if not self.stalled and self.assignment():
+            self.pause(self.assignment())
+            self.stalled = True
+        return list(got)
+
+
+def test_the_shadow_comparer_fetches_a_stalled_partition_again_and_compares_its_pages(
+    topics: KafkaSettings,
+) -> None:
+    from ocrstream.schemas.codec import Codec
+    from ocrstream.schemas.records import Line, PageResult, PageStatus, Point
+    from ocrstream.settings import ShadowSettings
+    from ocrstream.streams.shadow import ShadowComparer
+
+    kafka = topics.model_copy(update={"fetch_stall_s": STALL_S})
+    consumer = _StallingConsumer(kafka.librdkafka(**{
+        "group.id": kafka.topic(f"shadow-{uuid.uuid4().hex[:8]}"),
+        "auto.offset.reset": "earliest",
+    }))  # fmt: skip
+    metrics, codec = Metrics(), Codec(kafka)
+    comparer = ShadowComparer(kafka, ShadowSettings(), codec, metrics, consumer=consumer)
+    stop = threading.Event()
+    thread = threading.Thread(target=comparer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.stalled and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert consumer.stalled, "the comparer was never assigned its partitions"
+
+        box = (Point(0, 0), Point(1, 0), Point(1, 1), Point(0, 1))
+        result = PageResult("doc", 1, 1, PageStatus.OK, lines=(Line("Total 12.50", 0.9, box),))
+        producer = Producer(kafka.librdkafka())
+        for topic in (comparer.primary_topic, comparer.shadow_topic):
+            producer.produce(topic, key=b"doc", value=codec.encode(result, topic))
+        assert producer.flush(30) == 0
+
+        deadline = time.monotonic() + 60
+        while comparer.compared < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert comparer.compared == 1  # both halves were fetched again and paired
+        stalls = [
+            metrics.registry.get_sample_value(
+                "ocrstream_consumer_fetch_stalls_total",
+                {"agent": "shadow-comparer", "topic": topic},
+            )
+            for topic in (comparer.primary_topic, comparer.shadow_topic)
+        ]
+        assert stalls == [1.0, 1.0]
+        assert metrics.registry.get_sample_value("ocrstream_shadow_cer_sum") == 0.0
+    finally:
+        stop.set()
+        thread.join(30)
