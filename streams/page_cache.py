@@ -9,7 +9,9 @@ keeps one result per key with no clean-up job of ours, and a fresh or restarted 
 its memory by reading the topic from the beginning while it starts consuming pages. The bound
 (``cache_max_bytes``, counted by encoded size) keeps the most recently used results; a result
 evicted from memory is still in the topic and is found again after a restart. A miss is
-harmless: the page is read by the engine as without a cache.
+harmless: the page is read by the engine as without a cache. A partition the follower's consumer
+stops fetching is found and fetched again (:mod:`~ocrstream.streams.fetch_watch`, agent
+``page-cache``).
 
 :class:`PageCache` is the adapter the worker holds: :meth:`key` and :meth:`get` (called from
 the decode threads), :meth:`put` after the engine read a page (into memory and onto the
@@ -33,6 +35,8 @@ from ocrstream.processors.page_key import content_key, engine_fingerprint
 from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import PageResult, PageStatus, PageTask, Timings, utc_now
 from ocrstream.settings import KafkaSettings
+from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +116,7 @@ class PageCache:
         send: Callable[[str, str, bytes], None],
         max_value_bytes: int = 4 * 1024 * 1024,
         consumer: Any | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.codec = codec
         self.topic = topic
@@ -122,6 +127,7 @@ class PageCache:
         self.max_value_bytes = max_value_bytes  # larger results are not cached
         self._consumer = consumer
         self._kafka = kafka
+        self._metrics = metrics  # with them, the follower has a fetch watch (agent page-cache)
         self._stop = threading.Event()
         self.ready = threading.Event()  # the topic read to its end once (or the follower failed)
         self._thread: threading.Thread | None = None
@@ -183,10 +189,19 @@ class PageCache:
             meta = consumer.list_topics(self.topic, timeout=10)
             partitions = meta.topics[self.topic].partitions
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions])
+            watch = None
+            if self._metrics is not None:
+                watch = FetchWatch(consumer, self._metrics, "page-cache",
+                                   stall_after_s=self._kafka.fetch_stall_s)  # fmt: skip
+                watch.assigned((self.topic, p) for p in partitions)
             behind, loaded = set(partitions), 0
             while not self._stop.is_set():
                 for msg in consumer.consume(num_messages=500, timeout=0.2):
                     err = msg.error()
+                    if watch is not None and (
+                        err is None or err.code() == KafkaError._PARTITION_EOF
+                    ):
+                        watch.heard((self.topic, msg.partition() or 0))
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
                             behind.discard(msg.partition())
@@ -200,6 +215,8 @@ class PageCache:
                     if key and value:  # a tombstone (no value) is left alone
                         self.memory.put(key.decode(), value)
                         loaded += 1
+                if watch is not None:
+                    watch.check()  # the follower holds no partition back
             log.info("page cache follower stopped after %d records", loaded)
         except Exception:  # the cache is an optimisation: without it pages are read again
             log.exception("page cache follower failed; pages are read without it")

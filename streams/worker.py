@@ -209,6 +209,7 @@ class OcrWorker:
                 max_bytes=settings.cache_max_bytes,
                 send=self.producer.send_raw,
                 max_value_bytes=self.limits.max_message_bytes,
+                metrics=metrics,
             )
             if settings.cache
             else None

@@ -157,3 +157,48 @@ def test_the_shadow_comparer_fetches_a_stalled_partition_again_and_compares_its_
     finally:
         stop.set()
         thread.join(30)
+
+
+def test_the_page_cache_follower_fetches_a_stalled_partition_again(
+    topics: KafkaSettings,
+) -> None:
+    from ocrstream.schemas.codec import Codec
+    from ocrstream.schemas.records import Line, PageResult, PageStatus, Point
+    from ocrstream.streams.page_cache import PageCache
+
+    kafka = topics.model_copy(update={"fetch_stall_s": STALL_S})
+    topic = kafka.topic(t.PAGE_CACHE)
+    consumer = _StallingConsumer(kafka.librdkafka(**{
+        "group.id": kafka.topic(f"page-cache-{uuid.uuid4().hex[:8]}"),
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+    }))  # fmt: skip
+    metrics, codec = Metrics(), Codec(kafka)
+    cache = PageCache(kafka=kafka, codec=codec, topic=topic, fingerprint=lambda mode: mode,
+                      max_bytes=1 << 20, send=lambda *_: None, consumer=consumer,
+                      metrics=metrics)  # fmt: skip
+    cache.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.stalled and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert consumer.stalled
+
+        box = (Point(0, 0), Point(1, 0), Point(1, 1), Point(0, 1))
+        result = PageResult("doc", 1, 1, PageStatus.OK, lines=(Line("Total 12.50", 0.9, box),))
+        producer = Producer(kafka.librdkafka())
+        producer.produce(topic, key=b"page-key", value=codec.encode(result, topic))
+        assert producer.flush(30) == 0
+
+        deadline = time.monotonic() + 60
+        while cache.get("page-key") is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        found = cache.get("page-key")  # another worker's result, in this one's memory
+        assert found is not None
+        assert [line.text for line in found.lines] == ["Total 12.50"]
+        stalls = metrics.registry.get_sample_value(
+            "ocrstream_consumer_fetch_stalls_total", {"agent": "page-cache", "topic": topic}
+        )
+        assert stalls == 1.0
+    finally:
+        cache.stop()
