@@ -54,8 +54,8 @@ PRESET = "performance"
 # held-out dev sets and receipts, docs/benchmarks.md "INT8".
 # INT8 rec lost accuracy on every set (v6 small's rec read 20% of A4 characters wrong; v6 tiny's
 # +0.0034 nCER on Chinese, +0.008 on receipts), INT8 det held the A4 sets: det only. With its
-# first convolution in fp32, v6 small's INT8 det holds the receipts too (+0.0012 nCER); v6
-# tiny's still loses +0.004-0.006 there (session 33).
+# first convolution in fp32 and the whole set's activation ranges, INT8 det holds the receipts
+# too (+0.0015 nCER v6 small, +0.0016 v6 tiny; session 33).
 INT8_MODELS: dict[str, frozenset[str]] = {}
 DEFAULT_INT8_MODELS = frozenset({"det"})
 
