@@ -19,6 +19,7 @@ from ocrstream.settings import KafkaSettings
 from ocrstream.streams import topics as t
 from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.metrics import Metrics
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -110,11 +111,17 @@ class _StallingConsumer(Consumer):
         return list(got)
 
 
+def _page_result() -> Any:
+    from ocrstream.schemas.records import Line, PageResult, PageStatus, Point
+
+    box = (Point(0, 0), Point(1, 0), Point(1, 1), Point(0, 1))
+    return PageResult("doc", 1, 1, PageStatus.OK, lines=(Line("Total 12.50", 0.9, box),))
+
+
 def test_the_shadow_comparer_fetches_a_stalled_partition_again_and_compares_its_pages(
     topics: KafkaSettings,
 ) -> None:
     from ocrstream.schemas.codec import Codec
-    from ocrstream.schemas.records import Line, PageResult, PageStatus, Point
     from ocrstream.settings import ShadowSettings
     from ocrstream.streams.shadow import ShadowComparer
 
@@ -129,21 +136,13 @@ def test_the_shadow_comparer_fetches_a_stalled_partition_again_and_compares_its_
     thread = threading.Thread(target=comparer.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 60
-        while not consumer.stalled and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert consumer.stalled, "the comparer was never assigned its partitions"
-
-        box = (Point(0, 0), Point(1, 0), Point(1, 1), Point(0, 1))
-        result = PageResult("doc", 1, 1, PageStatus.OK, lines=(Line("Total 12.50", 0.9, box),))
+        wait_until(lambda: consumer.stalled, 60, "the comparer's partitions, stalled")
         producer = Producer(kafka.librdkafka())
         for topic in (comparer.primary_topic, comparer.shadow_topic):
-            producer.produce(topic, key=b"doc", value=codec.encode(result, topic))
+            producer.produce(topic, key=b"doc", value=codec.encode(_page_result(), topic))
         assert producer.flush(30) == 0
 
-        deadline = time.monotonic() + 60
-        while comparer.compared < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: comparer.compared, 60, "the page's two results, compared")
         assert comparer.compared == 1  # both halves were fetched again and paired
         stalls = [
             metrics.registry.get_sample_value(
@@ -163,7 +162,6 @@ def test_the_page_cache_follower_fetches_a_stalled_partition_again(
     topics: KafkaSettings,
 ) -> None:
     from ocrstream.schemas.codec import Codec
-    from ocrstream.schemas.records import Line, PageResult, PageStatus, Point
     from ocrstream.streams.page_cache import PageCache
 
     kafka = topics.model_copy(update={"fetch_stall_s": STALL_S})
@@ -179,22 +177,13 @@ def test_the_page_cache_follower_fetches_a_stalled_partition_again(
                       metrics=metrics)  # fmt: skip
     cache.start()
     try:
-        deadline = time.monotonic() + 60
-        while not consumer.stalled and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert consumer.stalled
-
-        box = (Point(0, 0), Point(1, 0), Point(1, 1), Point(0, 1))
-        result = PageResult("doc", 1, 1, PageStatus.OK, lines=(Line("Total 12.50", 0.9, box),))
+        wait_until(lambda: consumer.stalled, 60, "the follower's partitions, stalled")
         producer = Producer(kafka.librdkafka())
-        producer.produce(topic, key=b"page-key", value=codec.encode(result, topic))
+        producer.produce(topic, key=b"page-key", value=codec.encode(_page_result(), topic))
         assert producer.flush(30) == 0
 
-        deadline = time.monotonic() + 60
-        while cache.get("page-key") is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        found = cache.get("page-key")  # another worker's result, in this one's memory
-        assert found is not None
+        # another worker's result, in this one's memory
+        found = wait_until(lambda: cache.get("page-key"), 60, "the cached result, loaded")
         assert [line.text for line in found.lines] == ["Total 12.50"]
         stalls = metrics.registry.get_sample_value(
             "ocrstream_consumer_fetch_stalls_total", {"agent": "page-cache", "topic": topic}
