@@ -108,14 +108,14 @@ def int8_kinds(model: str) -> frozenset[str]:
     return INT8_MODELS.get(model, DEFAULT_INT8_MODELS)
 
 
-def _versions() -> str:
+def tool_versions() -> str:
     from ocrstream.processors.ocr.models import package_version
 
     return f"nncf-{package_version('nncf')} openvino-{package_version('openvino')}"
 
 
 def cache_key(source_sha256: str, shape: str, calibration: Calibration) -> str:
-    text = f"{FORMAT} {source_sha256} {shape} {calibration.identity} {_versions()}"
+    text = f"{FORMAT} {source_sha256} {shape} {calibration.identity} {tool_versions()}"
     if PRESET != "performance":
         text += f" preset={PRESET}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -322,13 +322,39 @@ def build(
                 "calibration": calibration.identity,
                 "samples": len(inputs[w.kind]),
                 "fp32_ops": fp32_ops,
-                "versions": _versions(),
+                "versions": tool_versions(),
                 "format": FORMAT,
                 "built_s": round(time.perf_counter() - start, 1),
             }
             w.target.with_suffix(".json").write_text(json.dumps(manifest, indent=2))
             log.info("int8 %s model built: %s", w.kind, w.target)
+        prune_stale(folder)
     return [w.target for w in wanted]
+
+
+def prune_stale(folder: Path) -> list[Path]:
+    """Delete the INT8 models in ``folder`` that no engine here can load again: built under
+    another :data:`FORMAT` or other NNCF/OpenVINO versions (both are part of every key, so a
+    recipe change or an upgrade would otherwise leave the old files behind for good). Models
+    without a manifest are kept; the caller holds the folder's build lock."""
+    removed = []
+    for manifest in sorted(folder.glob("*.json")):
+        try:
+            made = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if made.get("format") == FORMAT and made.get("versions") == tool_versions():
+            continue
+        for suffix in (".xml", ".bin", ".json"):
+            manifest.with_suffix(suffix).unlink(missing_ok=True)
+        removed.append(manifest.with_suffix(".xml"))
+        log.info(
+            "int8 model of format %s (%s) removed: %s",
+            made.get("format"),
+            made.get("versions"),
+            manifest.with_suffix(".xml"),
+        )
+    return removed
 
 
 def wanted_models(

@@ -13,7 +13,7 @@ import pytest
 
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends import create, resolve
-from ocrstream.processors.ocr.quantize import int8_kinds
+from ocrstream.processors.ocr.quantize import FORMAT, int8_kinds, prune_stale, tool_versions
 from ocrstream.settings import OcrSettings
 
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
@@ -139,9 +139,11 @@ def test_int8_models_are_built_once_reused_by_the_next_process_and_read_like_fp3
     page = tmp_path / "page.png"
     page.write_bytes(image)
     cache = tmp_path / "cache"
+    stale = _plant(cache / "openvino" / "int8", "det-0ld", FORMAT - 1, tool_versions())
 
     first, log = _run(cache, page)
     assert "building it now" in log
+    assert not any(p.exists() for p in stale)  # the last format's model went with the build
     models = {k: Path(str(v)) for k, v in dict(first["models"]).items()}  # type: ignore[call-overload]
     kinds = sorted(int8_kinds("ppocrv6-tiny"))  # det (rec stays fp32: docs/benchmarks.md)
     assert sorted(models) == kinds
@@ -187,6 +189,33 @@ def test_int8_models_are_built_once_reused_by_the_next_process_and_read_like_fp3
     assert len(reference) >= 0.9 * len(truth)  # the page is read (fp32 finds its lines)
     # INT8 reads what fp32 reads, but for at most half a percent of the characters
     assert Levenshtein.distance(int8, fp32_text) <= 0.005 * len(fp32_text)
+
+
+def _plant(folder: Path, stem: str, fmt: int | None, versions: str) -> list[Path]:
+    """An INT8 model's three files as :func:`quantize.build` leaves them (``fmt`` None: no
+    manifest, as after a crash between the model and its manifest)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = [folder / f"{stem}.xml", folder / f"{stem}.bin"]
+    for f in files:
+        f.write_bytes(b"model")
+    if fmt is not None:
+        files.append(folder / f"{stem}.json")
+        files[-1].write_text(json.dumps({"kind": "det", "format": fmt, "versions": versions}))
+    return files
+
+
+def test_only_models_this_install_can_no_longer_load_are_pruned(tmp_path):
+    current = _plant(tmp_path, "det-current", FORMAT, tool_versions())
+    older_recipe = _plant(tmp_path, "det-older", FORMAT - 1, tool_versions())
+    upgraded_away = _plant(tmp_path, "rec-upgraded", FORMAT, "nncf-2.0.0 openvino-2024.0.0")
+    unknown = _plant(tmp_path, "det-no-manifest", None, "")
+
+    removed = prune_stale(tmp_path)
+
+    assert sorted(removed) == sorted([older_recipe[0], upgraded_away[0]])
+    assert all(p.exists() for p in current + unknown)
+    assert not any(p.exists() for p in older_recipe + upgraded_away)
+    assert prune_stale(tmp_path) == []  # nothing left to prune
 
 
 def test_receipt_like_calibration_pages_are_narrow_strips_the_same_for_a_seed():
