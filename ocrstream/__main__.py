@@ -1,5 +1,5 @@
 """``python -m ocrstream``: the same as the ``ocrstream`` console script."""
 
-from ocrstream.cli import main
+from ocrstream.cli import entry
 
-main(prog_name="ocrstream")
+entry()

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 import click
 
+from ocrstream.cli import allow_quick_exit
 from ocrstream.errors import OcrstreamError, PoisonError
 from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, PageOCR, RegionsPage
 from ocrstream.processors.regions import Region, for_page
@@ -256,6 +257,9 @@ def ocr(
     except OcrstreamError as e:  # a fatal engine error mid-run
         click.echo(f"ocrstream ocr: {e.code}: {e}", err=True)
         sys.exit(2)
+    # every document is written (files closed, stdout flushed on the way out) and nothing
+    # else needs closing: the process may skip tearing the engine down
+    allow_quick_exit()
     if failed:
         sys.exit(1)
 

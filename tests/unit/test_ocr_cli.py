@@ -306,3 +306,34 @@ def test_a_short_job_runs_auto_without_measuring_and_a_long_one_measures(
     monkeypatch.setenv("OCRSTREAM_OCR_AUTO_MEASURE", "true")  # said by the user: kept
     assert CliRunner().invoke(main, ["ocr", str(scan)]).exit_code == 0
     assert [s.auto_measure for s in engine_settings] == [False, True, True]
+
+
+def test_the_command_as_a_process_ends_with_everything_written(scan: Path, tmp_path: Path):
+    """As a process, ``ocrstream ocr`` ends without tearing its engine down (``cli.entry``):
+    its text on stdout, its files and its exit status must all still be there."""
+    import os
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not an image")
+    env = {**os.environ, "OCRSTREAM_OCR_ENGINE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("PYTHONUNBUFFERED", None)  # stdout to a pipe, block-buffered as for most users
+    base = [sys.executable, "-m", "ocrstream", "ocr", "--model", "ppocrv6-tiny", "--threads", "1"]
+
+    run = subprocess.run(
+        [*base, "--format", "text", str(scan), str(broken)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr  # a document failed
+    assert f"{broken}: failed" in run.stderr
+    assert cer(run.stdout, "\n".join(LINES)) < 0.1, run.stdout
+
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [*base, "--output", str(out), str(scan)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    doc = json.loads((out / "scan.json").read_text())
+    assert cer("\n".join(ln["text"] for ln in doc["pages"][0]["lines"]), "\n".join(LINES)) < 0.1
