@@ -20,7 +20,9 @@ import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
+import json
 import logging
+import os
 import tempfile
 import threading
 from collections.abc import Callable
@@ -226,23 +228,62 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_digest(path: Path) -> str:
-    """:func:`sha256_file`, computed once per process per file version (path, size, mtime)."""
+def file_digest(path: Path, memo_dir: Path | None = None) -> str:
+    """:func:`sha256_file`, computed once per process per file version (path, size, mtime) and,
+    with ``memo_dir``, once per file version across processes: the digest is kept there beside
+    the file's size, mtime, ctime, inode and device, and hashed again when any of them moved
+    (ctime cannot be set back by a user, so a rewritten file is always hashed again)."""
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     with _verified_lock:
         actual = _verified.get(key)
     if actual is None:
-        actual = sha256_file(path)
+        memo = _memo_path(memo_dir, path) if memo_dir is not None else None
+        version = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+        actual = _read_memo(memo, str(path), version) if memo is not None else None
+        if actual is None:
+            actual = sha256_file(path)
+            if memo is not None:
+                _write_memo(memo, {"path": str(path), "version": version, "sha256": actual})
         with _verified_lock:
             _verified[key] = actual
     return actual
 
 
-def verify(file: ModelFile) -> Path:
-    """Locate a pinned file and check its SHA-256 (once per process per file version)."""
+def _memo_path(memo_dir: Path, path: Path) -> Path:
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
+    return Path(memo_dir) / "digests" / f"{path.stem}-{name}.json"
+
+
+def _read_memo(memo: Path, path: str, version: list[int]) -> str | None:
+    try:
+        kept = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("path") != path or kept.get("version") != version:
+        return None
+    digest = kept.get("sha256")
+    return digest if isinstance(digest, str) and len(digest) == 64 else None
+
+
+def _write_memo(memo: Path, body: dict[str, Any]) -> None:
+    """Atomically, and not at all where the cache folder cannot be written (the digest is
+    then computed again by the next process, as without a memo)."""
+    tmp = memo.with_name(f".{memo.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(body))
+        tmp.replace(memo)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def verify(file: ModelFile, memo_dir: Path | None = None) -> Path:
+    """Locate a pinned file and check its SHA-256 (once per process per file version; once
+    per file version at all with ``memo_dir``, :func:`file_digest`)."""
     path = file.locate()
-    actual = file_digest(path)
+    actual = file_digest(path, memo_dir)
     if actual != file.sha256:
         raise FatalError(
             f"model file {path} has SHA-256 {actual}, expected {file.sha256}: "
@@ -256,32 +297,47 @@ def onnx_metadata(path: Path) -> dict[str, str]:
     """The ``metadata_props`` of an ONNX model, read from the protobuf without onnx itself.
 
     ModelProto field 14 is ``repeated StringStringEntryProto metadata_props`` (key = 1,
-    value = 2). Other fields, the graph included, are skipped by their length prefix.
+    value = 2). Other fields, the graph included, are skipped by their length prefix, with a
+    seek: only the few bytes around the graph are read (a 20 MB rec model: 0.1 ms, not 11).
     """
-    data = path.read_bytes()
     out: dict[str, str] = {}
-    pos = 0
     try:
-        while pos < len(data):
-            tag, pos = _varint(data, pos)
-            field, wire = tag >> 3, tag & 7
-            if wire == 0:
-                _, pos = _varint(data, pos)
-            elif wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            elif wire == 2:
-                size, pos = _varint(data, pos)
-                if field == 14:
-                    key, value = _string_pair(data[pos : pos + size])
-                    out[key] = value
-                pos += size
-            else:
-                break
+        with path.open("rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            while f.tell() < end:
+                tag = _read_varint(f)
+                field, wire = tag >> 3, tag & 7
+                if wire == 0:
+                    _read_varint(f)
+                elif wire in (1, 5):
+                    f.seek(8 if wire == 1 else 4, os.SEEK_CUR)
+                elif wire == 2:
+                    size = _read_varint(f)
+                    if field == 14:
+                        entry = f.read(size)
+                        if len(entry) < size:
+                            raise IndexError("metadata entry cut short")
+                        key, value = _string_pair(entry)
+                        out[key] = value
+                    else:
+                        f.seek(size, os.SEEK_CUR)
+                else:
+                    break
     except (IndexError, UnicodeDecodeError) as e:
         raise FatalError(f"{path} is not a readable ONNX model", code="model_invalid") from e
     return out
+
+
+def _read_varint(f: Any) -> int:
+    result = shift = 0
+    while True:
+        byte = f.read(1)
+        if not byte:
+            raise IndexError("varint cut short")
+        result |= (byte[0] & 0x7F) << shift
+        if not byte[0] & 0x80:
+            return result
+        shift += 7
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -342,8 +398,12 @@ def package_version(module: str) -> str:
     return "?"
 
 
-def load_model_set(name: str = DEFAULT_MODEL, model_dir: Path | None = None) -> ModelSet:
-    """Resolve a model set by name, or the user's own models in ``model_dir``."""
+def load_model_set(
+    name: str = DEFAULT_MODEL, model_dir: Path | None = None, cache_dir: Path | None = None
+) -> ModelSet:
+    """Resolve a model set by name, or the user's own models in ``model_dir``. With
+    ``cache_dir`` (the engine cache), each pinned file's digest is kept there for the next
+    process (:func:`file_digest`: 25-30 ms of every engine start for v6 small otherwise)."""
     if model_dir is not None:
         return _load_user_models(Path(model_dir))
     spec = MODEL_SETS.get(name)
@@ -352,10 +412,10 @@ def load_model_set(name: str = DEFAULT_MODEL, model_dir: Path | None = None) -> 
             f"unknown model set {name!r}; known: {', '.join(sorted(MODEL_SETS))}",
             code="model_unknown",
         )
-    det_path = verify(spec.det)
-    rec_path = verify(spec.rec)
-    dict_path = verify(spec.dict_file) if spec.dict_file else None
-    cls_path = verify(spec.cls) if spec.cls else None
+    det_path = verify(spec.det, cache_dir)
+    rec_path = verify(spec.rec, cache_dir)
+    dict_path = verify(spec.dict_file, cache_dir) if spec.dict_file else None
+    cls_path = verify(spec.cls, cache_dir) if spec.cls else None
     packages = sorted({spec.det.package, spec.rec.package})
     version = "+".join(f"{p}-{package_version(p)}" for p in packages)
     return ModelSet(
@@ -363,7 +423,7 @@ def load_model_set(name: str = DEFAULT_MODEL, model_dir: Path | None = None) -> 
         det_path=det_path,
         rec_path=rec_path,
         cls_path=cls_path,
-        orientation_path=_optional_orientation(),
+        orientation_path=_optional_orientation(cache_dir),
         charset=_rec_charset(rec_path, dict_path),
         version=f"{version} det:{spec.det.sha256[:8]} rec:{spec.rec.sha256[:8]}",
         det_mean=spec.det_norm[0],
@@ -398,12 +458,12 @@ def _load_user_models(model_dir: Path) -> ModelSet:
     )
 
 
-def _optional_orientation() -> Path | None:
+def _optional_orientation(cache_dir: Path | None = None) -> Path | None:
     """The page orientation model, or None where it is not installed: only an engine with
     ``fix_orientation`` on needs it (and fails then, engine.OcrEngine). A file that is there
     but fails its hash is still fatal."""
     try:
-        return verify(DOC_ORIENTATION)
+        return verify(DOC_ORIENTATION, cache_dir)
     except FatalError as err:
         if err.code == "model_missing":
             return None

@@ -108,3 +108,77 @@ def test_orientation_model_is_needed_only_to_fix_orientation(monkeypatch: pytest
     with pytest.raises(FatalError) as err:
         load_model_set("ppocrv6-tiny")
     assert err.value.code == "model_hash_mismatch"
+
+
+def test_a_files_digest_is_kept_for_the_next_process_until_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import hashlib
+    import os
+
+    from ocrstream.processors.ocr import models as models_module
+
+    model = tmp_path / "det.onnx"
+    model.write_bytes(b"weights " * 1000)
+    cache = tmp_path / "cache"
+    first = models_module.file_digest(model, cache)
+    assert first == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert len(list((cache / "digests").glob("det-*.json"))) == 1
+
+    hashed: list[Path] = []
+    real = models_module.sha256_file
+    monkeypatch.setattr(models_module, "sha256_file", lambda p: hashed.append(p) or real(p))
+    models_module._verified.clear()  # as in a new process
+    assert models_module.file_digest(model, cache) == first
+    assert hashed == []  # read from the memo
+
+    # the same size and mtime, other bytes: the ctime moved, so it is hashed again
+    stat = model.stat()
+    model.write_bytes(b"WEIGHTS " * 1000)
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    models_module._verified.clear()
+    changed = models_module.file_digest(model, cache)
+    assert hashed == [model]
+    assert changed == hashlib.sha256(model.read_bytes()).hexdigest() != first
+
+
+def test_a_pinned_file_altered_after_its_digest_was_kept_is_still_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from ocrstream.processors.ocr import models as models_module
+
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "m.onnx").write_bytes(b"pinned model")
+    pinned = ModelFile("ocrstream", "m.onnx", sha256_file(folder / "m.onnx"))
+    monkeypatch.setattr(ModelFile, "locate", lambda self: folder / self.relpath)
+    cache = tmp_path / "cache"
+    assert verify(pinned, cache) == folder / "m.onnx"
+    (folder / "m.onnx").write_bytes(b"pinned mode!")  # same size
+    models_module._verified.clear()
+    with pytest.raises(FatalError) as err:
+        verify(pinned, cache)
+    assert err.value.code == "model_hash_mismatch"
+
+
+def test_a_cache_folder_that_cannot_be_written_only_costs_the_hash(tmp_path: Path):
+    from ocrstream.processors.ocr import models as models_module
+
+    model = tmp_path / "rec.onnx"
+    model.write_bytes(b"x" * 100)
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    assert models_module.file_digest(model, blocked) == sha256_file(model)
+
+
+def test_metadata_is_read_without_loading_the_graph_and_a_cut_file_is_invalid(tmp_path: Path):
+    rec = load_model_set("ppocrv6-small").rec_path
+    chars = onnx_metadata(rec)["character"]
+    assert len(chars.split("\n")) > 10_000
+    data = rec.read_bytes()
+    end = data.rindex(chars[-20:].encode())  # inside the last metadata entry
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: end - 100])
+    with pytest.raises(FatalError) as err:
+        onnx_metadata(cut)
+    assert err.value.code == "model_invalid"

@@ -172,7 +172,7 @@ def create_stages(
     from ocrstream.processors.ocr.backends.choice import backend_of, choose
     from ocrstream.processors.ocr.models import load_model_set
 
-    models = models or load_model_set(settings.model, settings.model_dir)
+    models = models or load_model_set(settings.model, settings.model_dir, settings.engine_cache_dir)
     # the int8 profile reads rec's choice from the default precision's measurement
     measured = settings.model_copy(update={"precision": "fp16"}) if fp32_rec else settings
     found = choose(measured, models, shared=shared)
