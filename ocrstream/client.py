@@ -45,6 +45,7 @@ from ocrstream.schemas.records import (
 from ocrstream.settings import ClientSettings, KafkaSettings, LimitsSettings, ParseMode, S3Settings
 from ocrstream.storage import ObjectStore, validate_doc_id
 from ocrstream.streams import topics
+from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.follow import until_terminal
 from ocrstream.streams.media import extension
 from ocrstream.streams.producer import RecordProducer
@@ -209,7 +210,9 @@ class OcrClient:
 
     # --- read ---------------------------------------------------------------------------------
 
-    def _consumer(self, names: Iterable[str], from_beginning: bool) -> Consumer:
+    def _consumer(self, names: Iterable[str], from_beginning: bool) -> tuple[Consumer, FetchWatch]:
+        """A consumer assigned every partition of ``names``, and its fetch watch (a partition
+        librdkafka stops fetching is fetched again: :mod:`ocrstream.streams.fetch_watch`)."""
         consumer = Consumer(self.kafka.librdkafka(**{
             "group.id": f"ocrstream-client-{uuid.uuid4().hex[:12]}",
             "enable.auto.commit": False,
@@ -227,7 +230,9 @@ class OcrClient:
             partitions = md.topics[topic].partitions if topic in md.topics else {}
             assignment += [TopicPartition(topic, p, start) for p in partitions]
         consumer.assign(assignment)
-        return consumer
+        watch = FetchWatch(consumer, None, "client", stall_after_s=self.kafka.fetch_stall_s)
+        watch.assigned_from(assignment)
+        return consumer, watch
 
     def results(
         self,
@@ -242,13 +247,15 @@ class OcrClient:
         runs until the caller stops; otherwise it ends after ``idle_timeout_s`` without news."""
         wanted = set(doc_ids) if doc_ids is not None else None
         names = [topics.PAGE_RESULTS, topics.DOCUMENTS] + ([topics.PROGRESS] if progress else [])
-        consumer = self._consumer(names, from_beginning)
+        consumer, watch = self._consumer(names, from_beginning)
         idle_since = time.monotonic()
         try:
             while follow or time.monotonic() - idle_since < idle_timeout_s:
+                watch.check()
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
+                watch.heard((msg.topic() or "", msg.partition() or 0))
                 if msg.error():
                     log.warning("consumer: %s", msg.error())
                     continue
@@ -276,11 +283,12 @@ class OcrClient:
         Reads ``ocr.documents.v1`` from the beginning (compacted: one record per document),
         so an event published before the call is found too."""
         pending = set(doc_ids)
-        consumer = self._consumer([topics.DOCUMENTS, topics.PROGRESS], from_beginning=True)
+        consumer, watch = self._consumer([topics.DOCUMENTS, topics.PROGRESS], True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             return until_terminal(consumer, self.codec, pending, deadline, on_update=on_update,
-                                  accept=lambda r: isinstance(r, _FOLLOWED))  # fmt: skip
+                                  accept=lambda r: isinstance(r, _FOLLOWED),
+                                  watch=watch)  # fmt: skip
         finally:
             consumer.close()
 

@@ -17,19 +17,29 @@ handed, so nothing is read twice. A partition still behind at the same position 
 sent back again (a log that ends in transaction markers keeps its end one past its last record):
 a stall is acted on once.
 
-Where the consumer has handed the loop nothing from a partition yet, its position is the group's
-committed offset, or where the group has none the log's start (``auto.offset.reset`` is
-``earliest`` in every loop that uses this).
+Where the consumer has handed the loop nothing from a partition yet, its position is where the
+loop assigned it to start (:meth:`FetchWatch.assigned_from`: an offset, an offset found for a
+time, or the log's end when it was assigned), else the group's committed offset, or where the
+group has none the log's start (``auto.offset.reset`` is ``earliest`` in every loop that
+subscribes with this).
+
+Agents export the stalls as a metric; a command or the SDK (``metrics=None``) only logs them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    KafkaException,
+    TopicPartition,
+)
 
 from ocrstream.streams.metrics import Metrics
 
@@ -45,7 +55,7 @@ class FetchWatch:
     def __init__(
         self,
         consumer: Any,
-        metrics: Metrics,
+        metrics: Metrics | None,
         agent: str,
         *,
         stall_after_s: float = 30.0,
@@ -58,20 +68,46 @@ class FetchWatch:
         self.clock = clock
         self._heard: dict[TP, float] = {}  # when each assigned partition was last heard from
         self._acted: dict[TP, tuple[int, int]] = {}  # (position, end) a stall was acted on at
+        self._start: dict[TP, int] = {}  # where the loop assigned a partition to start
         self._next = clock() + interval_s
 
-    def assigned(self, tps: Iterable[TP]) -> None:
+    def assigned(self, tps: Iterable[TP], starts: Mapping[TP, int] | None = None) -> None:
+        """``tps`` are the loop's now; ``starts``: the offsets the loop assigned them at
+        (``OFFSET_BEGINNING``: the log's start), for a partition the consumer has handed
+        nothing from yet (else its group's committed offset)."""
         now = self.clock()
         for tp in tps:
             self._heard[tp] = now
             self._acted.pop(tp, None)
-            # exported at 0 from the start: increase() over a series that appears at 1 reads 0
-            self.metrics.consumer_fetch_stalls.labels(self.agent, tp[0])
+            self._start.pop(tp, None)
+            start = starts.get(tp) if starts is not None else None
+            if start is not None and (start >= 0 or start == OFFSET_BEGINNING):
+                self._start[tp] = start
+            if self.metrics is not None:
+                # exported at 0 from the start: increase() over a series that appears at 1
+                # reads 0
+                self.metrics.consumer_fetch_stalls.labels(self.agent, tp[0])
+
+    def assigned_from(self, assignment: Iterable[TopicPartition]) -> None:
+        """:meth:`assigned` for a consumer the loop ``assign()``-ed itself: each partition
+        starts at its offset; ``OFFSET_END`` is looked up now (the end as the loop took it),
+        ``OFFSET_BEGINNING`` is the log's start."""
+        starts: dict[TP, int] = {}
+        for tp in assignment:
+            key = (tp.topic, tp.partition)
+            if tp.offset >= 0 or tp.offset == OFFSET_BEGINNING:
+                starts[key] = tp.offset
+            elif tp.offset == OFFSET_END:
+                part = TopicPartition(tp.topic, tp.partition)
+                starts[key] = self.consumer.get_watermark_offsets(part, timeout=self.timeout_s,
+                                                                  cached=False)[1]  # fmt: skip
+        self.assigned(((tp.topic, tp.partition) for tp in assignment), starts)
 
     def forget(self, tps: Iterable[TP]) -> None:
         for tp in tps:
             self._heard.pop(tp, None)
             self._acted.pop(tp, None)
+            self._start.pop(tp, None)
 
     def heard(self, tp: TP) -> None:
         """A record or an end-of-partition event came from ``tp``."""
@@ -119,8 +155,11 @@ class FetchWatch:
                                                         cached=False)  # fmt: skip
         position = self.consumer.position([part])[0].offset
         if position == OFFSET_INVALID or position < 0:  # nothing handed over yet
-            committed = self.consumer.committed([part], timeout=self.timeout_s)[0].offset
-            position = committed if committed >= 0 else low
+            if tp in self._start:
+                position = low if self._start[tp] == OFFSET_BEGINNING else self._start[tp]
+            else:
+                committed = self.consumer.committed([part], timeout=self.timeout_s)[0].offset
+                position = committed if committed >= 0 else low
         position = max(position, low)  # records below the log's start are gone
         return (position, high) if position < high else None
 
@@ -130,7 +169,8 @@ class FetchWatch:
             "is at %d: fetching it again from %d", self.agent, *tp, quiet_s, end, position,
             position,
         )  # fmt: skip
-        self.metrics.consumer_fetch_stalls.labels(self.agent, tp[0]).inc()
+        if self.metrics is not None:
+            self.metrics.consumer_fetch_stalls.labels(self.agent, tp[0]).inc()
         part = TopicPartition(tp[0], tp[1], position)
         try:
             self.consumer.resume([TopicPartition(*tp)])

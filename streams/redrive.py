@@ -67,13 +67,17 @@ class Report:
 
 
 def read_to_end(kafka: KafkaSettings, topic: str) -> Iterator[Any]:
-    """Every record of ``topic`` from the beginning to the high watermarks at the start."""
+    """Every record of ``topic`` from the beginning to the high watermarks at the start (a
+    partition librdkafka stops fetching is fetched again: :mod:`.fetch_watch`)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    from ocrstream.streams.fetch_watch import FetchWatch
 
     consumer = Consumer(kafka.librdkafka(**{
         "group.id": "ocrstream-dlq-reader", "enable.auto.commit": False,
         "enable.partition.eof": True,
     }))  # fmt: skip
+    watch = FetchWatch(consumer, None, "dlq-reader", stall_after_s=kafka.fetch_stall_s)
     try:
         md = consumer.list_topics(topic, timeout=30)
         if topic not in md.topics or md.topics[topic].error is not None:
@@ -85,11 +89,15 @@ def read_to_end(kafka: KafkaSettings, topic: str) -> Iterator[Any]:
                 ends[p] = high
         if not ends:
             return
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        assignment = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends]
+        consumer.assign(assignment)
+        watch.assigned_from(assignment)
         while ends:
-            msg = consumer.poll(5.0)
+            watch.check()
+            msg = consumer.poll(1.0)
             if msg is None:
                 continue
+            watch.heard((topic, msg.partition() or 0))
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

@@ -302,6 +302,8 @@ def follow(
     ``on_update`` as well."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+    from ocrstream.streams.fetch_watch import FetchWatch
+
     consumer = Consumer(kafka.librdkafka(**{
         "group.id": f"ocrstream-reprocess-{int(time.time() * 1000)}",
         "enable.auto.commit": False, "fetch.max.bytes": 16 * 1024 * 1024,
@@ -317,7 +319,10 @@ def follow(
             except KafkaException as e:
                 raise RetriableError(f"cannot reach Kafka: {e}") from e
             wanted += [TopicPartition(topic, p, ms) for p in md.topics[topic].partitions]
-        consumer.assign(consumer.offsets_for_times(wanted, timeout=30))
+        assignment = consumer.offsets_for_times(wanted, timeout=30)
+        consumer.assign(assignment)
+        watch = FetchWatch(consumer, None, "reprocess", stall_after_s=kafka.fetch_stall_s)
+        watch.assigned_from(assignment)
 
         def at_target(r: Any) -> bool:
             return isinstance(r, DocumentEvent | DocumentProgress) and r.revision >= targets.get(
@@ -325,7 +330,7 @@ def follow(
             )
 
         return until_terminal(consumer, codec, pending, deadline, on_update=on_update,
-                              accept=at_target)  # fmt: skip
+                              accept=at_target, watch=watch)  # fmt: skip
     finally:
         consumer.close()
 

@@ -519,7 +519,7 @@ def create_app(
         body = events.stream(
             kafka, client.codec, doc_id, since, last_event_id,
             lambda ev: terminal(ev, submitted_at).model_dump(), api.events_max_s,
-            max(known, default=1),
+            max(known, default=1), metrics,
         )  # fmt: skip
         return StreamingResponse(body, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",

@@ -37,6 +37,8 @@ from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import DocumentEvent, DocumentProgress, PageResult
 from ocrstream.settings import KafkaSettings
 from ocrstream.streams import topics
+from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +90,14 @@ def stream(
     describe: Callable[[DocumentEvent], dict[str, Any]],
     max_s: float,
     revision: int = 1,
+    metrics: Metrics | None = None,
 ) -> Iterator[bytes]:
     """The event stream of ``doc_id`` (blocking: starlette runs it in a worker thread).
     ``describe(event)`` renders the terminal event as the status body. Records of revisions
     before ``revision`` (the latest the caller knows of) are skipped: the stream of a
-    reprocessed document is its new revision's, not the first terminal event it meets."""
+    reprocessed document is its new revision's, not the first terminal event it meets. A
+    partition librdkafka stops fetching is fetched again from where the stream is
+    (:mod:`ocrstream.streams.fetch_watch`, counted in ``metrics`` as agent ``api-events``)."""
     position = Position.parse(last_event_id)
     consumer = Consumer(kafka.librdkafka(**{
         "group.id": f"ocrstream-api-events-{uuid.uuid4().hex[:12]}",
@@ -112,6 +117,8 @@ def stream(
             if tp.offset < 0:  # nothing at or after the time yet: from the end as it is now
                 tp.offset = consumer.get_watermark_offsets(tp, timeout=10)[1]
         consumer.assign(start)
+        watch = FetchWatch(consumer, metrics, "api-events", stall_after_s=kafka.fetch_stall_s)
+        watch.assigned_from(start)
         kind_of = {kafka.topic(name): kind for name, kind in KINDS.items()}
         # the offset of the next record to read on each partition, whatever it holds
         reading = {(tp.topic, tp.partition): tp.offset for tp in start}
@@ -131,8 +138,11 @@ def stream(
                 position.d = held_at
                 yield sse("terminal", describe(held), str(position))
                 return
+            watch.check()
             msg = consumer.poll(0.5)
             now = time.monotonic()
+            if msg is not None:
+                watch.heard((msg.topic() or "", msg.partition() or 0))
             if msg is None or msg.error() is not None:
                 if now - last_beat >= HEARTBEAT_S:
                     last_beat = now

@@ -102,13 +102,31 @@ class _StallingConsumer(Consumer):
     its loop's back (the stall stood in for as above)."""
 
     stalled = False
+    made: list[_StallingConsumer] = []  # noqa: RUF012 - every one made, for the tests to see
 
-    def consume(self, *args: Any, **kwargs: Any) -> list[Any]:
-        got = super().consume(*args, **kwargs)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _StallingConsumer.made.append(self)
+
+    def _stall(self) -> None:
         if not self.stalled and self.assignment():
             self.pause(self.assignment())
             self.stalled = True
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """A loop that assigns its own partitions: stalled before it fetched anything."""
+        super().assign(partitions)
+        self._stall()
+
+    def consume(self, *args: Any, **kwargs: Any) -> list[Any]:
+        got = super().consume(*args, **kwargs)
+        self._stall()
         return list(got)
+
+    def poll(self, *args: Any, **kwargs: Any) -> Any:
+        got = super().poll(*args, **kwargs)
+        self._stall()
+        return got
 
 
 def _page_result() -> Any:
@@ -191,3 +209,122 @@ def test_the_page_cache_follower_fetches_a_stalled_partition_again(
         assert stalls == 1.0
     finally:
         cache.stop()
+
+
+def _in_time(work: Any, timeout_s: float = 90.0) -> Any:
+    """``work()``'s result, run in a thread: a loop that hangs fails the test, not the run."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(work()), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert out, f"still waiting after {timeout_s:.0f}s: the stalled partition was not fetched"
+    return out[0]
+
+
+def _offsets_readable(kafka: KafkaSettings, names: list[str]) -> bool:
+    from confluent_kafka import KafkaException
+
+    consumer = Consumer(kafka.librdkafka(**{"group.id": kafka.topic("leaders")}))
+    try:
+        for name in names:
+            topic = kafka.topic(name)
+            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+        return True
+    except KafkaException:
+        return False
+    finally:
+        consumer.close()
+
+
+def _terminal(kafka: KafkaSettings, doc_id: str) -> None:
+    from ocrstream.schemas.codec import Codec
+    from ocrstream.schemas.records import DocumentEvent, DocumentStatus
+
+    topic = kafka.topic(t.DOCUMENTS)
+    event = DocumentEvent(doc_id=doc_id, status=DocumentStatus.COMPLETED, page_count=1,
+                          pages_ok=1, pages_failed=0)  # fmt: skip
+    producer = Producer(kafka.librdkafka())
+    producer.produce(topic, key=doc_id.encode(), value=Codec(kafka).encode(event, topic))
+    assert producer.flush(30) == 0
+
+
+def test_reading_the_dead_letters_to_their_end_survives_a_stalled_partition(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ocrstream dlq list`` and ``redrive`` read the DLQ to its end; a stalled partition held
+    them forever before."""
+    import confluent_kafka
+
+    from ocrstream.streams.redrive import read_to_end
+
+    kafka = topics.model_copy(update={"fetch_stall_s": STALL_S})
+    topic = kafka.topic(t.DLQ)
+    producer = Producer(kafka.librdkafka())
+    for n in range(3):
+        producer.produce(topic, key=f"letter-{n}", value=b"v", partition=0)
+    assert producer.flush(30) == 0
+    monkeypatch.setattr(confluent_kafka, "Consumer", _StallingConsumer)
+    _StallingConsumer.made.clear()
+
+    read = _in_time(lambda: [msg.key() for msg in read_to_end(kafka, topic)])
+
+    assert read == [b"letter-0", b"letter-1", b"letter-2"]
+    assert _StallingConsumer.made[0].stalled
+    assert "dlq-reader: nothing from" in caplog.text  # a command logs the stall it undid
+
+
+def test_waiting_for_documents_survives_a_stalled_partition(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's ``wait_many`` (``ocrstream run``, ``submit --wait``; reprocess waits through
+    the same loop)."""
+    from ocrstream import client as client_module
+    from ocrstream.settings import S3Settings
+
+    kafka = topics.model_copy(update={"fetch_stall_s": STALL_S})
+    _terminal(kafka, "doc-stalled-wait")
+    monkeypatch.setattr(client_module, "Consumer", _StallingConsumer)
+    _StallingConsumer.made.clear()
+    client = client_module.OcrClient(kafka, S3Settings())
+
+    found = _in_time(lambda: client.wait_many(["doc-stalled-wait"], timeout_s=60))
+
+    assert found["doc-stalled-wait"].pages_ok == 1
+    assert _StallingConsumer.made[0].stalled
+
+
+def test_a_documents_event_stream_survives_a_stalled_partition(
+    topics: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HTTP API's per-document event stream, which starts from offsets found for the
+    submission's time."""
+    from datetime import UTC, datetime, timedelta
+
+    from ocrstream.api import events
+    from ocrstream.schemas.codec import Codec
+
+    kafka = topics.model_copy(update={"fetch_stall_s": STALL_S})
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    _terminal(kafka, "doc-stalled-stream")
+    # the stream looks up offsets on every partition of three new topics: wait for their
+    # leaders (a stream opened before then ends in "kafka_unavailable", as it should)
+    wait_until(lambda: _offsets_readable(kafka, [t.DOCUMENTS, t.PAGE_RESULTS, t.PROGRESS]), 60,
+               "the topics' leaders")  # fmt: skip
+    monkeypatch.setattr(events, "Consumer", _StallingConsumer)
+    _StallingConsumer.made.clear()
+    metrics = Metrics()
+
+    body = _in_time(lambda: b"".join(events.stream(
+        kafka, Codec(kafka), "doc-stalled-stream", since, None,
+        lambda ev: {"status": ev.status.value}, 60.0, metrics=metrics,
+    )))  # fmt: skip
+
+    assert b"event: terminal" in body
+    assert b'"status": "completed"' in body
+    assert _StallingConsumer.made[0].stalled
+    stalls = metrics.registry.get_sample_value(
+        "ocrstream_consumer_fetch_stalls_total",
+        {"agent": "api-events", "topic": kafka.topic(t.DOCUMENTS)},
+    )
+    assert stalls == 1.0

@@ -3,7 +3,14 @@ on a broker: tests/integration/test_fetch_watch.py)."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from ocrstream.streams.fetch_watch import FetchWatch
 from ocrstream.streams.metrics import Metrics
@@ -108,3 +115,40 @@ def test_a_broker_that_does_not_answer_is_asked_once_per_wait_not_once_per_parti
     watch.check()
     assert consumer.asked == 2
     assert _stalls(metrics) == 0
+
+
+class NeverFetched(FakeConsumer):
+    """Assigned, and librdkafka has fetched nothing from any partition yet: no position."""
+
+    def __init__(self) -> None:
+        super().__init__(partitions=3)
+        self.seeks: list[tuple[int, int]] = []
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, OFFSET_INVALID) for tp in tps]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.partition, tp.offset))
+        super().seek(tp)
+
+
+def test_a_partition_never_fetched_goes_back_to_where_the_loop_assigned_it() -> None:
+    """A command or the SDK assigns its own start (an offset found for a time, the end, the
+    beginning) and counts nothing (no metrics): the stall is still found, and the partition
+    sent back there, not to the log's start or to the group's committed offset."""
+    consumer = NeverFetched()
+    for partition, records in ((0, 5), (1, 3), (2, 2)):
+        for _ in range(records):
+            consumer.push(partition, b"k", b"v")
+    consumer.store_offsets([TopicPartition(PAGES, 2, 1)])  # the group had got this far once
+    clock = FakeClock(100.0)
+    watch = FetchWatch(consumer, None, "reprocess", stall_after_s=STALL_S, clock=clock)
+    watch.assigned_from([
+        TopicPartition(PAGES, 0, 3),  # the first record at or after a time
+        TopicPartition(PAGES, 1, OFFSET_END),  # the end as it was when assigned: 3
+        TopicPartition(PAGES, 2, OFFSET_BEGINNING),
+    ])  # fmt: skip
+    consumer.push(1, b"k", b"v")  # offset 3, after the assignment: it is to be read
+    clock.now += STALL_S + 5
+    assert sorted(watch.check()) == [(PAGES, 0), (PAGES, 1), (PAGES, 2)]
+    assert sorted(consumer.seeks) == [(0, 3), (1, 3), (2, 0)]
