@@ -149,9 +149,7 @@ class OcrEngine:
         shared_choices: SharedChoices | None = None,
     ) -> None:
         self.settings = settings = settings or OcrSettings()
-        self.models = models or load_model_set(
-            settings.model, settings.model_dir, settings.engine_cache_dir
-        )
+        self.models = models or load_model_set(settings.model, settings.model_dir)
         # det (and cls, orientation, layout) on one backend, rec on another when ``auto``
         # measured that faster on this machine (backends.choice).
         stages = (
@@ -205,16 +203,8 @@ class OcrEngine:
                 settings, self._backend.name, self.models.name, paths
             )
             paths = {k: (self.int8_models.get(k, p), o) for k, (p, o) in paths.items()}
-        if cpu and self._backend.name in CPU_BACKENDS and settings.threads > 1:
-            # rec's model loads beside det's: OpenVINO and onnxruntime compile without the GIL
-            # (v6 small, 2-vCPU Zen 4: 0.14 s -> 0.08 s of a one-page `ocrstream ocr`)
-            with ThreadPoolExecutor(1, "ocr-load") as loader:
-                rec = loader.submit(self._rec_backend.load, paths["rec"][0], "rec", rec_opts)
-                self._det = self._backend.load(paths["det"][0], "det", det_opts)
-                self._rec = rec.result()
-        else:
-            self._det = self._backend.load(paths["det"][0], "det", det_opts)
-            self._rec = self._rec_backend.load(paths["rec"][0], "rec", rec_opts)
+        self._det = self._backend.load(paths["det"][0], "det", det_opts)
+        self._rec = self._rec_backend.load(paths["rec"][0], "rec", rec_opts)
         concurrency = int(getattr(self._rec, "concurrency", 1))
         self._pool = ThreadPoolExecutor(concurrency, "ocr-rec") if concurrency > 1 else None
         # det runs here, one batch at a time, overlapped with the next's pre-processing; not
