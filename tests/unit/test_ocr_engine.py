@@ -471,3 +471,22 @@ def test_the_det_scaling_cap_off_leaves_the_page_caches_engine_key_as_it_was():
     assert "ladder" not in _det_key(off)  # nor does the GPU's det ladder, off on the CPU
     assert "max_line_height=12.0" in _det_key(DetParams(max_line_height=12.0))
     assert "ladder=True" in _det_key(DetParams(ladder=True))
+
+
+@pytest.mark.parametrize("backend", ["auto", "onnxruntime", "openvino"])
+def test_starting_an_engine_leaves_the_process_locale_as_it_was(backend: str, tmp_path: Path):
+    """The process's text encoding (LC_CTYPE) is the user's after the engine starts. det and
+    rec once loaded side by side, and a library saving and restoring the locale around its
+    loading left it at C when the two overlapped: every later ``open()`` and text subprocess
+    of the process then read and wrote ASCII. The overlap depends on timing (loads from a warm
+    cache overlapped most), so the engine starts several times."""
+    import locale
+
+    if backend != "onnxruntime" and importlib.util.find_spec("openvino") is None:
+        pytest.skip("openvino is not installed")
+    before = locale.setlocale(locale.LC_CTYPE, None)
+    settings = OcrSettings(model="ppocrv6-tiny", backend=backend, threads=2, det_warmup=False,
+                           auto_measure=False, engine_cache_dir=tmp_path)  # fmt: skip
+    for _ in range(6):  # the first fills the cache, the others load from it
+        OcrEngine(settings).close()
+        assert locale.setlocale(locale.LC_CTYPE, None) == before
