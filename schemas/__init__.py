@@ -41,7 +41,7 @@ from ocrstream.schemas.records import (
 
 def document_json_schema() -> dict[str, Any]:
     """The JSON Schema of ``document.json`` (draft 2020-12)."""
-    text = resources.files(__name__).joinpath("document.schema.json").read_text()
+    text = resources.files(__name__).joinpath("document.schema.json").read_text(encoding="utf-8")
     return dict(json.loads(text))
 
 

@@ -81,7 +81,7 @@ class SchemaSet:
         """The packaged schemas, plus released copies from ``released_dir`` (default: packaged)."""
         root = resources.files("ocrstream.schemas")
         current = [
-            WriterSchema.from_json(json.loads(p.read_text()), f"current/{p.name}")
+            WriterSchema.from_json(json.loads(p.read_text(encoding="utf-8")), f"current/{p.name}")
             for p in sorted(root.iterdir(), key=lambda p: p.name)
             if p.name.endswith(".avsc")
         ]
@@ -89,7 +89,9 @@ class SchemaSet:
         base = released_dir if released_dir is not None else Path(str(root / "released"))
         for path in sorted(base.glob("*/*.avsc")):
             origin = f"{path.parent.name}/{path.name}"
-            released.append(WriterSchema.from_json(json.loads(path.read_text()), origin))
+            released.append(
+                WriterSchema.from_json(json.loads(path.read_text(encoding="utf-8")), origin)
+            )
         return cls(current, released)
 
 

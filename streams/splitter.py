@@ -175,7 +175,7 @@ def _templates(path: Path | None) -> dict[str, object]:
     if path is None:
         return {}
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise FatalError(f"region templates {path} cannot be read: {e}") from e
     if not isinstance(data, dict):

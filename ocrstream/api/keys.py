@@ -54,7 +54,7 @@ class KeyFile:
 
     def _read(self) -> list[KeyEntry]:
         try:
-            body = json.loads(self.path.read_text())
+            body = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return []
         return [KeyEntry(e["sha256"], e["tenant"], e.get("created_at", "")) for e in body["keys"]]

@@ -46,7 +46,9 @@ class SecretFile:
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
-            tenants: dict[str, dict[str, str]] = json.loads(self.path.read_text())["tenants"]
+            tenants: dict[str, dict[str, str]] = json.loads(self.path.read_text(encoding="utf-8"))[
+                "tenants"
+            ]
         except FileNotFoundError:
             return {}
         return tenants

@@ -145,7 +145,7 @@ async def run_phase(name: str, url: str, key: str, concurrency: int, duration: f
 
 
 def rss_kib(pid: int, key: str = "VmRSS") -> int:
-    with open(f"/proc/{pid}/status") as f:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(f"{key}:"))
 
 
@@ -308,7 +308,7 @@ def api(duration: float, concurrency: int, big_mb: int, limits: bool,
     click.echo(format_report(report))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report, indent=1) + "\n")
+        json_out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         click.echo(f"wrote {json_out}", err=True)
 
 

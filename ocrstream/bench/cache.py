@@ -56,7 +56,7 @@ class CacheBenchConfig:
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its waited-for children so far."""
-    with open(f"/proc/{pid}/stat") as f:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # After the command name: state is field 3 of stat(5), so utime (14) is index 11 here.
     return sum(int(v) for v in fields[11:15]) / CLK_TCK
@@ -343,7 +343,7 @@ def cache(
         click.echo(format_report(report))
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+            json_out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
             click.echo(f"wrote {json_out}", err=True)
         if report.get("again", {}).get("pages_cached") != report["again"]["pages"]:
             raise click.ClickException("pass 2 was not answered from the cache entirely")

@@ -328,7 +328,7 @@ def devset(devset: str, n: int, split: str = "dev", cache: Path | None = None) -
             _write(image, data)
         gt = tuple(
             TextLine(text=row["text"], polygon=tuple(tuple(p) for p in row["polygon"]))
-            for row in json.loads(truth.read_text())
+            for row in json.loads(truth.read_text(encoding="utf-8"))
         )
         samples.append(Sample(name=f"{devset}-{split}-{seed:06d}", path=image, gt=gt))
     return samples

@@ -441,7 +441,7 @@ def _peak_rss_kb(children: bool) -> int:
     if children:
         return int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
@@ -776,4 +776,4 @@ def bench(
 
 def write_json(report: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -204,5 +204,5 @@ def _write(report: dict[str, Any], json_out: Path | None, plot: Path | None,
         click.echo(f"wrote {plot}", err=True)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        json_out.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
         click.echo(f"wrote {json_out}", err=True)

@@ -52,7 +52,7 @@ def ports_lock(echo: Echo) -> Iterator[None]:
     """Hold the lock of the fixed metrics ports (shared with the integration tests)."""
     from ocrstream.services.prometheus import METRICS_PORTS_LOCK
 
-    with open(METRICS_PORTS_LOCK, "a+") as f:
+    with open(METRICS_PORTS_LOCK, "a+", encoding="utf-8") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{row['routed']:>6} {row['routed_early']:>5}")  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":

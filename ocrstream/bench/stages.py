@@ -170,6 +170,6 @@ def stages(
     click.echo(report(rows, auto, names))
     click.echo(f"took {time.time() - start:.0f} s; load average at the end {end_load[0]:.1f}")
     if json_out is not None:
-        json_out.write_text(json.dumps({
-            "cpu": cpu_name(), "load_start": load, "load_end": end_load, "model": model,
-            "rows": [r.to_dict() for r in rows], "auto": auto}, indent=2) + "\n")  # fmt: skip
+        body = {"cpu": cpu_name(), "load_start": load, "load_end": end_load, "model": model,
+                "rows": [r.to_dict() for r in rows], "auto": auto}  # fmt: skip
+        json_out.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")

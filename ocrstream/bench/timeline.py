@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     sampler = Sampler(KafkaSettings(), args.group, args.autoscaler_url)
     try:
-        with open(args.out, "a") as out:
+        with open(args.out, "a", encoding="utf-8") as out:
             while not stop.is_set():
                 started = time.monotonic()
                 out.write(json.dumps(sampler.sample()) + "\n")
@@ -173,7 +173,7 @@ class Timeline:
 
     def start(self, timeout_s: float = 60.0) -> Timeline:
         """Start sampling; returns after the first sample (the baseline) is written."""
-        self.path.write_text("")
+        self.path.write_text("", encoding="utf-8")
         self._spawn()
         deadline = time.monotonic() + timeout_s
         while not self._lines():
@@ -196,7 +196,7 @@ class Timeline:
 
     def _lines(self) -> list[dict[str, Any]]:
         lines = []
-        for line in self.path.read_text().splitlines():
+        for line in self.path.read_text(encoding="utf-8").splitlines():
             try:
                 lines.append(json.loads(line))
             except json.JSONDecodeError:  # a line cut short by a crash

@@ -304,7 +304,7 @@ def _report(docs: Sequence[_Doc], out_dir: Path, wall: float, console: Any) -> N
     from rich.table import Table
 
     summary = [doc.summary(out_dir) for doc in docs]
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     table = Table(title="ocrstream run")
     for col in ("file", "status", "reason", "pages ok", "seconds"):
         table.add_column(col)

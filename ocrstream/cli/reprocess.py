@@ -197,7 +197,7 @@ def _report(console: Any, runs: Any, plan: Any, found: dict[str, Any], submitted
             if event else None,
         })  # fmt: skip
     if summary_path is not None:
-        summary_path.write_text(json.dumps(rows, indent=2) + "\n")
+        summary_path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     counts = Counter(row["status"] for row in rows)
     pages = sum(row["pages"] for row in rows)
     pending = counts.get("pending", 0)

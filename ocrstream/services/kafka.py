@@ -155,7 +155,7 @@ class KafkaService(Service):
             raise ServiceError(
                 f"maven failed ({result.returncode}); see {build_log}:\n{process.tail(build_log)}"
             )
-        (staging / _READY_MARKER).write_text(self.settings.kafka_version + "\n")
+        (staging / _READY_MARKER).write_text(self.settings.kafka_version + "\n", encoding="utf-8")
         shutil.rmtree(self.libs_dir, ignore_errors=True)
         staging.replace(self.libs_dir)
 
@@ -179,12 +179,14 @@ class KafkaService(Service):
 
     def configure(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.properties_file.write_text(render_server_properties(self.settings, self.data_dir))
+        self.properties_file.write_text(
+            render_server_properties(self.settings, self.data_dir), encoding="utf-8"
+        )
         if (self.data_dir / "meta.properties").exists():
             return
         if not self.cluster_id_file.exists():
-            self.cluster_id_file.write_text(new_cluster_id() + "\n")
-        cluster_id = self.cluster_id_file.read_text().strip()
+            self.cluster_id_file.write_text(new_cluster_id() + "\n", encoding="utf-8")
+        cluster_id = self.cluster_id_file.read_text(encoding="utf-8").strip()
         fmt_log = self.home / "logs" / "kafka-storage.log"
         argv = [
             *self._jvm("256m"),
@@ -260,6 +262,6 @@ class KafkaService(Service):
 
     def _cluster_id(self) -> str | None:
         try:
-            return self.cluster_id_file.read_text().strip() or None
+            return self.cluster_id_file.read_text(encoding="utf-8").strip() or None
         except OSError:
             return None

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 def read_pid(path: Path) -> int | None:
     """The PID in a PID file, or None when the file is missing or unreadable."""
     try:
-        return int(path.read_text().strip())
+        return int(path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
 
@@ -29,7 +29,7 @@ def read_pid(path: Path) -> int | None:
 def write_pid(path: Path, pid: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"{pid}\n")
+    tmp.write_text(f"{pid}\n", encoding="utf-8")
     tmp.replace(path)
 
 
@@ -136,7 +136,7 @@ def tail(path: Path, lines: int = 20) -> str:
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock, so two ``infra up``/``down`` never race on one home."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
+    with open(path, "a+", encoding="utf-8") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:
             yield

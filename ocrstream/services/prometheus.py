@@ -122,12 +122,12 @@ class PrometheusService(Service):
         if not source.exists():
             raise ServiceError(f"{source} is missing")
         text = render_prometheus_config(
-            source.read_text(), self.source_dir, self.settings.prometheus_port
+            source.read_text(encoding="utf-8"), self.source_dir, self.settings.prometheus_port
         )
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if self.config_file.exists() and self.config_file.read_text() == text:
+        if self.config_file.exists() and self.config_file.read_text(encoding="utf-8") == text:
             return False
-        self.config_file.write_text(text)
+        self.config_file.write_text(text, encoding="utf-8")
         return True
 
     def configure(self) -> None:

@@ -257,7 +257,7 @@ def _memo_path(memo_dir: Path, path: Path) -> Path:
 
 def _read_memo(memo: Path, path: str, version: list[int]) -> str | None:
     try:
-        kept = json.loads(memo.read_text())
+        kept = json.loads(memo.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(kept, dict) or kept.get("path") != path or kept.get("version") != version:
@@ -272,7 +272,7 @@ def _write_memo(memo: Path, body: dict[str, Any]) -> None:
     tmp = memo.with_name(f".{memo.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(body))
+        tmp.write_text(json.dumps(body), encoding="utf-8")
         tmp.replace(memo)
     except OSError:
         with contextlib.suppress(OSError):
@@ -539,7 +539,7 @@ def ctc_best_model(
     known = target.with_suffix(".classes")
     try:
         if target.is_file() and known.is_file():
-            return target, int(known.read_text().strip())
+            return target, int(known.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         pass
     try:
@@ -815,5 +815,5 @@ def _fold_db_tail(graph: Any, output: str, *, transpose: bool) -> bool:
 
 def _write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(f".{threading.get_ident()}.tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

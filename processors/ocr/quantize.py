@@ -326,7 +326,9 @@ def build(
                 "format": FORMAT,
                 "built_s": round(time.perf_counter() - start, 1),
             }
-            w.target.with_suffix(".json").write_text(json.dumps(manifest, indent=2))
+            w.target.with_suffix(".json").write_text(
+                json.dumps(manifest, indent=2), encoding="utf-8"
+            )
             log.info("int8 %s model built: %s", w.kind, w.target)
         prune_stale(folder)
     return [w.target for w in wanted]
@@ -340,7 +342,7 @@ def prune_stale(folder: Path) -> list[Path]:
     removed = []
     for manifest in sorted(folder.glob("*.json")):
         try:
-            made = json.loads(manifest.read_text())
+            made = json.loads(manifest.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if made.get("format") == FORMAT and made.get("versions") == tool_versions():

@@ -293,7 +293,7 @@ def cache_path(cache_dir: Path, key: str) -> Path:
 def read_cached(path: Path, key: str, candidates: tuple[str, ...]) -> Choice | None:
     """The choice kept at ``path`` if it is whole, of this format and for this key."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -349,7 +349,7 @@ def _encode(choice: Choice, key: str) -> str:
 
 def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
 
@@ -391,7 +391,7 @@ def _locked(path: Path) -> Iterator[bool]:
     writable: the choice is then measured by every process and kept by none."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - closed below
+        f = open(path.with_suffix(".lock"), "a", encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError as e:
         log.warning("auto backend: cannot keep the choice in %s (%s)", path.parent, e)
         yield False
