@@ -251,11 +251,9 @@ class OcrClient:
         idle_since = time.monotonic()
         try:
             while follow or time.monotonic() - idle_since < idle_timeout_s:
-                watch.check()
-                msg = consumer.poll(0.5)
+                msg = watch.poll(0.5)
                 if msg is None:
                     continue
-                watch.heard((msg.topic() or "", msg.partition() or 0))
                 if msg.error():
                     log.warning("consumer: %s", msg.error())
                     continue
@@ -286,9 +284,8 @@ class OcrClient:
         consumer, watch = self._consumer([topics.DOCUMENTS, topics.PROGRESS], True)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            return until_terminal(consumer, self.codec, pending, deadline, on_update=on_update,
-                                  accept=lambda r: isinstance(r, _FOLLOWED),
-                                  watch=watch)  # fmt: skip
+            return until_terminal(watch, self.codec, pending, deadline, on_update=on_update,
+                                  accept=lambda r: isinstance(r, _FOLLOWED))  # fmt: skip
         finally:
             consumer.close()
 

@@ -114,6 +114,15 @@ class FetchWatch:
         if tp in self._heard:
             self._heard[tp] = self.clock()
 
+    def poll(self, timeout: float) -> Any:
+        """``consumer.poll(timeout)`` for a loop that holds no partition back: :meth:`check`
+        first, and what comes back (a record or an event) is :meth:`heard`."""
+        self.check()
+        msg = self.consumer.poll(timeout)
+        if msg is not None:
+            self.heard((msg.topic() or "", msg.partition() or 0))
+        return msg
+
     def check(self, paused: Iterable[TP] = ()) -> list[TP]:
         """Every ``interval_s``: the partitions found stalled and sent back, as described in
         the module docstring (none between checks)."""

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ocrstream.errors import PoisonError
 from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import DocumentEvent
-
-if TYPE_CHECKING:
-    from ocrstream.streams.fetch_watch import FetchWatch
 
 
 class _Polling(Protocol):
@@ -28,23 +25,16 @@ def until_terminal(
     *,
     accept: Callable[[Any], bool],
     on_update: Callable[[Any], None] | None = None,
-    watch: FetchWatch | None = None,
 ) -> dict[str, DocumentEvent]:
     """Poll ``consumer`` until every doc_id in ``pending`` has a terminal event that ``accept``
     takes, or ``deadline`` (``time.monotonic()``) passes. Records of other documents, ones
     ``accept`` refuses and undecodable ones are skipped; each accepted record goes to
-    ``on_update``. Found doc_ids leave ``pending`` (the caller's set). ``watch`` (told the
-    assignment) fetches a partition librdkafka stopped fetching again."""
+    ``on_update``. Found doc_ids leave ``pending`` (the caller's set). The callers poll through
+    their consumer's :class:`~ocrstream.streams.fetch_watch.FetchWatch`."""
     found: dict[str, DocumentEvent] = {}
     while pending and (deadline is None or time.monotonic() < deadline):
-        if watch is not None:
-            watch.check()
         msg = consumer.poll(0.2)
-        if msg is None:
-            continue
-        if watch is not None:
-            watch.heard((msg.topic() or "", msg.partition() or 0))
-        if msg.error():
+        if msg is None or msg.error():
             continue
         try:
             record = codec.decode(msg.value() or b"")

@@ -93,11 +93,9 @@ def read_to_end(kafka: KafkaSettings, topic: str) -> Iterator[Any]:
         consumer.assign(assignment)
         watch.assigned_from(assignment)
         while ends:
-            watch.check()
-            msg = consumer.poll(1.0)
+            msg = watch.poll(1.0)
             if msg is None:
                 continue
-            watch.heard((topic, msg.partition() or 0))
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

@@ -329,8 +329,8 @@ def follow(
                 r.doc_id, r.revision + 1
             )
 
-        return until_terminal(consumer, codec, pending, deadline, on_update=on_update,
-                              accept=at_target, watch=watch)  # fmt: skip
+        return until_terminal(watch, codec, pending, deadline, on_update=on_update,
+                              accept=at_target)  # fmt: skip
     finally:
         consumer.close()
 

@@ -103,11 +103,9 @@ class DocumentBook:
             if ends is not None and not ends:
                 self.caught_up.set()
             while not self._stop.is_set():
-                watch.check()
-                msg = consumer.poll(0.5)
+                msg = watch.poll(0.5)
                 if msg is None:
                     continue
-                watch.heard((msg.topic() or "", msg.partition() or 0))
                 if msg.error() is not None:
                     log.warning("document book: %s", msg.error())
                     continue

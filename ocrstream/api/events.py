@@ -138,11 +138,8 @@ def stream(
                 position.d = held_at
                 yield sse("terminal", describe(held), str(position))
                 return
-            watch.check()
-            msg = consumer.poll(0.5)
+            msg = watch.poll(0.5)
             now = time.monotonic()
-            if msg is not None:
-                watch.heard((msg.topic() or "", msg.partition() or 0))
             if msg is None or msg.error() is not None:
                 if now - last_beat >= HEARTBEAT_S:
                     last_beat = now
