@@ -46,9 +46,8 @@ class SecretFile:
 
     def _read(self) -> dict[str, dict[str, str]]:
         try:
-            tenants: dict[str, dict[str, str]] = json.loads(self.path.read_text(encoding="utf-8"))[
-                "tenants"
-            ]
+            body = json.loads(self.path.read_text(encoding="utf-8"))
+            tenants: dict[str, dict[str, str]] = body["tenants"]
         except FileNotFoundError:
             return {}
         return tenants

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
+import io
 import json
 import logging
 import os
@@ -340,25 +341,13 @@ def _read_varint(f: Any) -> int:
         shift += 7
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
 def _string_pair(entry: bytes) -> tuple[str, str]:
     fields = {1: "", 2: ""}
-    pos = 0
-    while pos < len(entry):
-        tag, pos = _varint(entry, pos)
-        size, pos = _varint(entry, pos)
-        fields[tag >> 3] = entry[pos : pos + size].decode("utf-8")
-        pos += size
+    f = io.BytesIO(entry)
+    while f.tell() < len(entry):
+        tag = _read_varint(f)
+        size = _read_varint(f)
+        fields[tag >> 3] = f.read(size).decode("utf-8")
     return fields[1], fields[2]
 
 
