@@ -8,6 +8,9 @@
   words and line boxes are known, saved as JPEG (quality 92, as a scanner would) so decoding
   is part of the work. Deterministic for a given seed; each line's box comes from the font
   metrics used to place it.
+- **1-bit copies** (:func:`bilevel`): any set's pages as a bilevel scan gives them (a fax, a
+  Group 4 TIFF, a JBIG2 PDF, which archives hold by the million): Otsu's threshold on each
+  page's gray levels, stored as a 1-bit PNG, the ground truth unchanged.
 
 Samples carry file paths, not pixels: decoding is a timed stage of the benchmark.
 """
@@ -194,6 +197,29 @@ def synthetic_a4(n: int, out_dir: Path, seed: int = 0, dpi: int = 300) -> list[S
 
 def subset(samples: Sequence[Sample], limit: int | None) -> list[Sample]:
     return list(samples[:limit] if limit else samples)
+
+
+def bilevel(samples: Sequence[Sample], out_dir: Path) -> list[Sample]:
+    """``samples`` as 1-bit scans, written to ``out_dir`` as 1-bit PNGs (the project's own
+    writer, :func:`~ocrstream.processors.split_encode.encode_bilevel_png`): each page's
+    gray levels split at Otsu's threshold, ink black and paper white. Names and ground truth
+    are the originals'."""
+    import cv2
+    import numpy as np
+
+    from ocrstream.processors.split_encode import encode_bilevel_png
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, s in enumerate(samples):
+        gray = cv2.imdecode(np.fromfile(s.path, np.uint8), cv2.IMREAD_GRAYSCALE)
+        if gray is None:
+            raise ValueError(f"{s.path}: not an image OpenCV can decode")
+        _, split = cv2.threshold(gray, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+        path = out_dir / f"{i:05d}-{s.path.stem}.png"
+        path.write_bytes(encode_bilevel_png(np.asarray(split, np.uint8)))
+        out.append(Sample(name=s.name, path=path, gt=s.gt))
+    return out
 
 
 def degrade(

@@ -135,6 +135,12 @@ def bench() -> None:
     help="Where synthetic pages are written [a temporary folder].",
 )
 @click.option(
+    "--bilevel",
+    is_flag=True,
+    help="Also read a 1-bit copy of every set, as a fax, a Group 4 TIFF or a JBIG2 PDF gives "
+    "the pages (Otsu's threshold, 1-bit PNG, written under --workdir): '<set> 1-bit'.",
+)
+@click.option(
     "--whole-process",
     is_flag=True,
     help="Also time the commands a user would run, start-up included (ocrstream ocr, the "
@@ -198,6 +204,7 @@ def engine(
     det_batch: int | None,
     rec_batch: int | None,
     workdir: Path | None,
+    bilevel: bool,
     whole_process: bool,
     whole_pages: str,
     repeats: int,
@@ -243,10 +250,11 @@ def engine(
     for root in datasets:
         sets[root.name] = ds.subset(ds.load_dataset(root), limit)
     tmp = None
+    if workdir is None and (synthetic_a4 > 0 or bilevel):
+        tmp = tempfile.TemporaryDirectory(prefix="ocrstream-bench-")
+        workdir = Path(tmp.name)
     if synthetic_a4 > 0:
-        if workdir is None:
-            tmp = tempfile.TemporaryDirectory(prefix="ocrstream-bench-")
-            workdir = Path(tmp.name)
+        assert workdir is not None
         click.echo(f"rendering {synthetic_a4} synthetic A4 pages into {workdir}", err=True)
         sets[f"synthetic-a4-{synthetic_a4}"] = ds.synthetic_a4(synthetic_a4, workdir / "a4")
     if devsets:
@@ -256,6 +264,14 @@ def engine(
             sets.update(all_devsets(devsets, devset_pages, split))
         except MissingRequirement as e:
             raise click.UsageError(str(e)) from e
+    if bilevel:
+        assert workdir is not None
+        click.echo(f"writing 1-bit copies of {len(sets)} set(s) into {workdir}", err=True)
+        with_copies: dict[str, list[ds.Sample]] = {}
+        for i, (name, samples) in enumerate(sets.items()):
+            with_copies[name] = samples
+            with_copies[f"{name} 1-bit"] = ds.bilevel(samples, workdir / f"1-bit-{i}")
+        sets = with_copies
     command = _command_line(click.get_current_context())
 
     def partial(report: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""Benchmark inputs: the SROIE box format, image folders and synthetic A4 pages."""
+"""Benchmark inputs: the SROIE box format, image folders, synthetic A4 pages and their 1-bit
+copies."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from PIL import Image
 
 from ocrstream.bench.datasets import (
+    bilevel,
     load_dataset,
     parse_box_line,
     render_a4_page,
@@ -62,3 +65,32 @@ def test_synthetic_a4_is_deterministic_and_its_boxes_hold_the_ink(tmp_path: Path
     samples = synthetic_a4(2, tmp_path, seed=3)
     assert [s.path.is_file() for s in samples] == [True, True]
     assert samples[0].gt == render_a4_page(3)[1]
+
+
+def test_a_1_bit_copy_keeps_the_ink_and_the_ground_truth(tmp_path: Path) -> None:
+    """Faint grey ink on grey paper (no fixed threshold would do for every scan) comes out
+    as black on white in a 1-bit PNG, line for line where the ink was."""
+    data, lines = render_a4_page(5)
+    page = np.asarray(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_GRAYSCALE))
+    faint = (150 + page.astype(np.float32) * (215 - 150) / 255).astype(np.uint8)
+    (tmp_path / "img").mkdir()
+    (tmp_path / "box").mkdir()
+    cv2.imwrite(str(tmp_path / "img" / "p.png"), faint)
+    rows = [",".join(f"{v:.1f}" for pt in ln.polygon for v in pt) + f",{ln.text}" for ln in lines]
+    (tmp_path / "box" / "p.csv").write_text("\n".join(rows), encoding="utf-8")
+    [sample] = load_dataset(tmp_path)
+
+    [copy] = bilevel([sample], tmp_path / "copies")
+
+    assert copy.name == sample.name
+    assert copy.gt == sample.gt
+    with Image.open(copy.path) as im:
+        assert im.format == "PNG"
+        assert im.mode == "1"
+        bits = np.asarray(im.convert("L"))
+    assert set(np.unique(bits).tolist()) == {0, 255}
+    ink = bits == 0
+    was_ink = page < 128
+    # the ink is where the original's was, and the paper is white
+    assert (ink & was_ink).sum() / was_ink.sum() > 0.9
+    assert ink.mean() < 2 * was_ink.mean()

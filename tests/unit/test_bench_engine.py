@@ -7,8 +7,11 @@ import platform
 import shutil
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from ocrstream.bench.cer import TextLine
 from ocrstream.bench.datasets import Sample, render_a4_page
@@ -220,6 +223,36 @@ def test_each_finished_dataset_is_reported_before_the_next_runs(
     assert report["complete"] is False
     assert list(report["datasets"]) == ["a"]
     assert report["datasets"]["a"]["runs"][0]["pages_per_s"] == 1.0
+
+
+def test_bilevel_reads_a_1_bit_copy_of_each_set_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ocrstream.bench.engine as be
+    from ocrstream.cli import main
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        cv2.imwrite(str(tmp_path / name / "p.png"), np.full((20, 40), 200, np.uint8))
+    read: list[tuple[str, str]] = []
+
+    def fake_run(engine: str, cfg: BenchConfig, samples: list, processes: int) -> object:
+        with Image.open(samples[0].path) as im:
+            read.append((samples[0].path.parent.name, im.mode))
+        return EngineRun(engine=engine, setup="x", pages=1, wall_s=1.0), {}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    out = tmp_path / "bench.json"
+    args = ["bench", "engine", "--dataset", str(tmp_path / "a"), "--dataset", str(tmp_path / "b")]
+    work = tmp_path / "work"
+    result = CliRunner().invoke(
+        main,
+        [*args, "--bilevel", "--workdir", str(work), "--engines", "ocrstream", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(out.read_text())["datasets"]) == ["a", "a 1-bit", "b", "b 1-bit"]
+    assert read == [("a", "L"), ("1-bit-0", "1"), ("b", "L"), ("1-bit-1", "1")]
 
 
 def test_bench_group_lists_engine_and_the_pipeline_slot() -> None:
