@@ -132,7 +132,7 @@ def bench() -> None:
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where synthetic pages are written [a temporary folder].",
+    help="Where synthetic pages and 1-bit copies are written [a temporary folder].",
 )
 @click.option(
     "--bilevel",

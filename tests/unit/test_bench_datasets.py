@@ -69,7 +69,7 @@ def test_synthetic_a4_is_deterministic_and_its_boxes_hold_the_ink(tmp_path: Path
 
 def test_a_1_bit_copy_keeps_the_ink_and_the_ground_truth(tmp_path: Path) -> None:
     """Faint grey ink on grey paper (no fixed threshold would do for every scan) comes out
-    as black on white in a 1-bit PNG, line for line where the ink was."""
+    as black on white in a 1-bit PNG, where the ink was."""
     data, lines = render_a4_page(5)
     page = np.asarray(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_GRAYSCALE))
     faint = (150 + page.astype(np.float32) * (215 - 150) / 255).astype(np.uint8)
