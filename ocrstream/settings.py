@@ -256,6 +256,11 @@ class OcrSettings(BaseSettings):
     # ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in a line of
     # Latin text; false: as the model read it.
     rec_mark_width: bool = True
+    # 1-bit pages (fax, Group 4 TIFF, JBIG2, a 1-bit PNG: every pixel black or white) blurred
+    # into grey before they are read, by a Gaussian of this share of their line height
+    # (processors/ocr/bilevel.py; measured in docs/benchmarks.md, session 36); 0: read as
+    # they are.
+    bilevel_smoothing: float = Field(default=0.04, ge=0.0, le=0.5)
     use_cls: bool = False
     fix_orientation: bool = False
     deskew: bool = False

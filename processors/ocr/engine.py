@@ -2,7 +2,8 @@
 
 One call runs every stage on the whole set of pages before the next stage starts:
 
-decode → (orientation) → (deskew) → det in same-shape batches → reading order → crop and
+decode → 1-bit pages blurred into grey (:mod:`~ocrstream.processors.ocr.bilevel`) →
+(orientation) → (deskew) → det in same-shape batches → reading order → crop and
 rectify every line of every page (a share of its box's height taller above and below, at
 most up to the next line, as wide as the whole share would make it:
 :func:`~ocrstream.processors.ocr.geometry.grow_for_rec`) → (line 0/180
@@ -53,6 +54,7 @@ from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDete
 from ocrstream.processors.layout.structure import build_blocks, refine_regions
 from ocrstream.processors.layout.table_grid import GridCell, grid_from_structure
 from ocrstream.processors.layout.table_model import SLANET_PLUS, TableStructureModel
+from ocrstream.processors.ocr import bilevel
 from ocrstream.processors.ocr import det as det_mod
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import (
@@ -316,6 +318,8 @@ class OcrEngine:
             options["rec_space_digits"] = "apart"  # none restored between two digits
         if self.rec_params.mark_width:  # pages cached before read again once
             options["rec_mark_width"] = True
+        if s.bilevel_smoothing:  # 1-bit pages blurred into grey first (bilevel.soften)
+            options["bilevel_smoothing"] = s.bilevel_smoothing
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -387,6 +391,7 @@ class OcrEngine:
                 continue
             try:
                 image = decode_image(item.image, max_pixels=self.settings.max_page_pixels)
+                image = bilevel.soften(image, self.settings.bilevel_smoothing)
             except PoisonError as e:
                 plans.append(PageOCR(0, 0, (), status="failed", error_code=e.code,
                                      error_message=str(e), fields=()))  # fmt: skip
@@ -445,7 +450,8 @@ class OcrEngine:
         image = data.image if isinstance(data, LayoutPage | _FieldCrop) else data
         start = time.perf_counter()
         try:
-            page.image = decode_image(image, max_pixels=self.settings.max_page_pixels)
+            decoded = decode_image(image, max_pixels=self.settings.max_page_pixels)
+            page.image = bilevel.soften(decoded, self.settings.bilevel_smoothing)
         except PoisonError as e:
             page.result = PageOCR(
                 width=0,

@@ -10,9 +10,12 @@ import cv2
 import numpy as np
 import pytest
 
+from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr import det as det_mod
+from ocrstream.processors.ocr.bilevel import soften
 from ocrstream.processors.ocr.engine import OcrEngine
 from ocrstream.processors.ocr.models import MODEL_SETS, load_model_set
+from ocrstream.processors.split_encode import encode_bilevel_png
 from ocrstream.settings import OcrSettings
 from tests.fakes.engines import cer, render_text_page, scan_noise
 
@@ -128,6 +131,23 @@ def test_pages_prepared_side_by_side_read_the_same(ocr_engine: OcrEngine, scanne
         assert calls[0] > 3  # in one-line batches here
     finally:
         side.close()
+
+
+def test_a_1bit_fax_page_reads_back_blurred_into_grey(ocr_engine: OcrEngine):
+    """A 100-DPI page stored 1-bit, as the splitter stores a fax or a Group 4 TIFF, reads
+    back, and the engine reads it as ``bilevel.soften`` makes it (grey edges again)."""
+    gray = cv2.cvtColor(render_text_page(LINES, dpi=100), cv2.COLOR_BGR2GRAY)
+    _, split = cv2.threshold(gray, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
+    fax = encode_bilevel_png(np.asarray(split, np.uint8))
+    (page,) = ocr_engine.recognize([fax])
+    assert page.status == "ok"
+    assert cer(page.text, TRUTH) < 0.05, page.text
+    assert ocr_engine.settings.bilevel_smoothing > 0
+    softened = soften(decode_image(fax, max_pixels=10**8), ocr_engine.settings.bilevel_smoothing)
+    (same,) = ocr_engine.recognize([softened])
+    assert [(line.text, line.polygon) for line in same.lines] == [
+        (line.text, line.polygon) for line in page.lines
+    ]
 
 
 def test_blank_undecodable_and_oversized_pages(ocr_engine: OcrEngine, scanned: bytes):
@@ -356,12 +376,15 @@ def test_fingerprint_follows_models_options_and_mode(
     ocr_engine: OcrEngine, fixing_engine: OcrEngine
 ) -> None:
     """The page cache's engine fingerprint: stable, and different for another option that
-    changes results (orientation fixing) and for layout mode (the layout model joins)."""
+    changes results (orientation fixing, 1-bit pages read as they are) and for layout mode
+    (the layout model joins)."""
     text = ocr_engine.fingerprint("text")
     assert text == ocr_engine.fingerprint("text")
     assert text == OcrEngine(ocr_engine.settings).fingerprint("text")  # another process's
     assert text != ocr_engine.fingerprint("layout")
     assert text != fixing_engine.fingerprint("text")
+    as_they_are = ocr_engine.settings.model_copy(update={"bilevel_smoothing": 0.0})
+    assert text != OcrEngine(as_they_are).fingerprint("text")  # 1-bit pages read unblurred
 
 
 @pytest.mark.skipif(
