@@ -262,7 +262,14 @@ class OcrSettings(BaseSettings):
     # they are.
     bilevel_smoothing: float = Field(default=0.04, ge=0.0, le=0.5)
     use_cls: bool = False
+    # The page orientation classifier on every page before det (processors/ocr/orientation.py):
+    # 1-10% slower (docs/benchmarks.md, session 35).
     fix_orientation: bool = False
+    # Without it, pages scanned sideways or upside down found from their own lines: most of
+    # det's boxes standing (a quarter turn), or lines read with low confidence that read better
+    # turned by 180° (a half turn); upright pages pay nothing (engine._find_quarter_turns,
+    # _find_half_turns; session 36).
+    find_turned_pages: bool = True
     deskew: bool = False
     max_page_pixels: int = 80_000_000
     min_confidence: float = 0.5

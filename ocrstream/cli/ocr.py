@@ -183,8 +183,10 @@ FORMAT_ALIASES = {"txt": "text", "md": "markdown"}
 @click.option(
     "--fix-orientation/--no-fix-orientation",
     default=None,
-    help="Turn pages scanned sideways or upside down upright first (the page orientation "
-    "model; default: OCRSTREAM_OCR_FIX_ORIENTATION, else off: 1-10% slower a page).",
+    help="Turn pages scanned sideways or upside down upright with the page orientation model "
+    "on every page (1-10% slower a page). By default such pages are found from their own "
+    "lines, at no cost to upright pages (OCRSTREAM_OCR_FIND_TURNED_PAGES); "
+    "--no-fix-orientation reads every page as it comes.",
 )
 @click.option("--dpi", type=int, default=300, show_default=True, help="PDF render resolution.")
 @click.option(
@@ -230,6 +232,8 @@ def ocr(
         )
         if value is not None
     }
+    if fix_orientation is False:
+        overrides["find_turned_pages"] = False
     limits = LimitsSettings()  # the splitter's: for the split, the probe and the PDF alike
     pages = _count_pages(files, limits, AUTO_MEASURE_PAGES)
     if "OCRSTREAM_OCR_DET_WARMUP" not in os.environ and pages <= 1:

@@ -85,8 +85,11 @@ from ocrstream.processors.ocr.models import (
 )
 from ocrstream.processors.ocr.order import reading_order
 from ocrstream.processors.ocr.orientation import (
+    UPRIGHT_CONFIDENCE,
     classify_orientation,
     estimate_skew,
+    read_both_ways,
+    runs_down,
     upside_down,
 )
 from ocrstream.processors.ocr.textsize import line_height
@@ -320,6 +323,8 @@ class OcrEngine:
             options["rec_mark_width"] = True
         if s.bilevel_smoothing:  # 1-bit pages blurred into grey first (bilevel.soften)
             options["bilevel_smoothing"] = s.bilevel_smoothing
+        if s.find_turned_pages and not s.fix_orientation:  # pages turned from their lines
+            options["find_turned_pages"] = True
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -437,7 +442,14 @@ class OcrEngine:
                     page.boxes = _merge_rows(page.boxes)
             if self._orient is not None:
                 self._settle_flips([p for p in live if p.check_flip and p.boxes])
+            found = self._orient is None and self.settings.find_turned_pages
+            if found:
+                self._find_quarter_turns([p for p in live if p.boxes and not p.one_line_rows])
             self._read(live)
+            if found:
+                self._find_half_turns(
+                    [p for p in live if p.boxes and not p.one_line_rows and not p.rotation]
+                )
             self._find_regions([p for p in live if p.layout])
             if self.settings.table_model:
                 self._read_tables([p for p in live if p.layout])
@@ -529,15 +541,60 @@ class OcrEngine:
             assert page.image is not None
             start = time.perf_counter()
             if upside_down(self._read_lines, self._crops(page)):
-                h, w = page.image.shape[:2]
-                page.image = rotate_page(page.image, 2)
-                page.rotation = (page.rotation + 180) % 360
-                boxes = [det_mod.Box(turn_quad_180(b.quad, w, h), b.score) for b in page.boxes]
-                order = reading_order([b.quad for b in boxes])
-                page.boxes = [boxes[k] for k in order]
+                self._turn_half(page)
             page.ms["orientation"] = (
                 page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
             )
+
+    def _find_quarter_turns(self, pages: list[_Page]) -> None:
+        """Pages scanned a quarter turn, found from det's boxes (most of the text stands:
+        orientation.runs_down): each is turned a quarter turn clockwise, detected again, and
+        turned by 180° more when its widest lines read better so. Upright pages pay nothing
+        but a look at their boxes. (A page written in vertical columns, as Japanese and
+        traditional Chinese may be, is turned too: its lines stand.)"""
+        for page in pages:
+            if not runs_down([box.quad for box in page.boxes]):
+                continue
+            assert page.image is not None
+            start = time.perf_counter()
+            page.image, page.rotation, page.crops = rotate_page(page.image, 1), 90, None
+            self._detect([page])
+            upright, flipped = read_both_ways(self._read_lines, page.crops or self._crops(page))
+            if flipped > upright:
+                self._turn_half(page)
+            page.ms["orientation"] = (
+                page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
+            )
+
+    def _find_half_turns(self, pages: list[_Page]) -> None:
+        """Pages scanned upside down, found once read: a page whose lines read with a mean
+        confidence under orientation.UPRIGHT_CONFIDENCE has its widest lines read turned by
+        180° as well, and is turned and read again when they read better so (upright pages
+        read above it: they pay nothing)."""
+        for page in pages:
+            confidences = [conf for _, conf in page.texts]
+            if not confidences or float(np.mean(confidences)) >= UPRIGHT_CONFIDENCE:
+                continue
+            start = time.perf_counter()
+            flipped = upside_down(self._read_lines, self._crops(page))
+            if flipped:
+                self._turn_half(page)
+                page.crops = None
+                self._read([page])
+            page.ms["orientation"] = (
+                page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
+            )
+
+    def _turn_half(self, page: _Page) -> None:
+        """``page`` and its boxes turned by 180° (the boxes in reading order again)."""
+        assert page.image is not None
+        h, w = page.image.shape[:2]
+        page.image = rotate_page(page.image, 2)
+        page.rotation = (page.rotation + 180) % 360
+        boxes = [det_mod.Box(turn_quad_180(b.quad, w, h), b.score) for b in page.boxes]
+        order = reading_order([b.quad for b in boxes])
+        page.boxes = [boxes[k] for k in order]
+        page.crops = None
 
     def _read_lines(self, lines: list[ImageBGR]) -> list[tuple[str, float]]:
         """Recognise line crops already at the model's height: width-bucketed batches, run

@@ -29,6 +29,9 @@ _MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255.0
 _SCALE = 1.0 / (np.array([0.229, 0.224, 0.225], np.float32) * 255.0)
 # The classifier's labels, in its output order: how far the page is turned, clockwise.
 ORIENTATION_LABELS = (0, 90, 180, 270)
+# A page whose lines read with a mean confidence under this is read turned by 180° too
+# (engine._find_half_turns); upright pages of every dev set read above it
+UPRIGHT_CONFIDENCE = 0.8
 
 
 def orientation_input(
@@ -83,15 +86,46 @@ def upside_down(
 ) -> bool:
     """Whether a page's line crops read better turned by 180°: the mean recognition
     confidence of the widest lines, as they are and turned, decides."""
+    upright, flipped = read_both_ways(read, lines)
+    return flipped > upright + margin
+
+
+def read_both_ways(
+    read: Callable[[list[ImageBGR]], list[tuple[str, float]]],
+    lines: Sequence[ImageBGR],
+    widest: int = 8,
+) -> tuple[float, float]:
+    """The mean recognition confidence of a page's ``widest`` widest line crops (by aspect),
+    read as they are and turned by 180°; (0, 0) for a page without lines."""
     if not lines:
-        return False
-    widest = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:8]
-    turned = [np.ascontiguousarray(c[::-1, ::-1]) for c in widest]
-    scores = read(widest + turned)
-    n = len(widest)
+        return 0.0, 0.0
+    chosen = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:widest]
+    turned = [np.ascontiguousarray(c[::-1, ::-1]) for c in chosen]
+    scores = read(chosen + turned)
+    n = len(chosen)
     upright = float(np.mean([conf for _, conf in scores[:n]]))
     flipped = float(np.mean([conf for _, conf in scores[n:]]))
-    return flipped > upright + margin
+    return upright, flipped
+
+
+def runs_down(quads: Sequence[npt.NDArray[np.float32]], min_lines: int = 2) -> bool:
+    """Whether the text det found runs down the page rather than across it (a page scanned a
+    quarter turn): the boxes that stand (three times as tall as wide: a line of a few
+    characters, at least ``min_lines`` of them) outweigh those that lie, each by its length.
+    A digit or a letter stands on an upright page too, but not three times as tall as wide,
+    and it weighs little beside the lines around it."""
+    standing = lying = 0.0
+    count = 0
+    for quad in quads:
+        q = np.asarray(quad, np.float64).reshape(4, 2)
+        across = float(np.hypot(*(q[1] - q[0])))
+        down = float(np.hypot(*(q[3] - q[0])))
+        if down > 3 * across:
+            standing += down
+            count += 1
+        elif across > 3 * down:
+            lying += across
+    return count >= min_lines and standing > lying
 
 
 def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:

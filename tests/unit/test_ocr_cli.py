@@ -339,9 +339,10 @@ def test_the_command_as_a_process_ends_with_everything_written(scan: Path, tmp_p
     assert cer("\n".join(ln["text"] for ln in doc["pages"][0]["lines"]), "\n".join(LINES)) < 0.1
 
 
-def test_fix_orientation_reads_a_page_scanned_sideways(tmp_path: Path) -> None:
-    """A page scanned a quarter turn off reads as noise by default; --fix-orientation turns
-    it upright first and says by how much (the real engine, with the orientation model)."""
+def test_a_page_scanned_sideways_is_read_upright(tmp_path: Path) -> None:
+    """A page scanned a quarter turn off is found from its lines and read upright by default,
+    and with --fix-orientation by the orientation model; either way the result says by how
+    much it was turned. --no-fix-orientation reads it as it came: noise (the real engine)."""
     page = render_text_page(LINES, width_in=6.0)
     sideways = tmp_path / "sideways.png"
     cv2.imwrite(str(sideways), np.ascontiguousarray(np.rot90(page)))  # a quarter turn left
@@ -352,10 +353,11 @@ def test_fix_orientation_reads_a_page_scanned_sideways(tmp_path: Path) -> None:
         doc: dict = json.loads(result.stdout)  # type: ignore[type-arg]
         return doc["pages"][0]
 
-    fixed = read("--fix-orientation")
-    assert fixed["rotation"] == 90
-    assert (fixed["height"], fixed["width"]) == page.shape[:2]
-    assert cer("\n".join(ln["text"] for ln in fixed["lines"]), "\n".join(LINES)) < 0.05
+    for flags in ((), ("--fix-orientation",)):
+        fixed = read(*flags)
+        assert fixed["rotation"] == 90, flags
+        assert (fixed["height"], fixed["width"]) == page.shape[:2]
+        assert cer("\n".join(ln["text"] for ln in fixed["lines"]), "\n".join(LINES)) < 0.05
     as_is = read("--no-fix-orientation")
     assert as_is["rotation"] == 0
     assert cer("\n".join(ln["text"] for ln in as_is["lines"]), "\n".join(LINES)) > 0.5

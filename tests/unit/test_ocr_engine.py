@@ -347,6 +347,37 @@ def test_turned_page_is_set_upright(fixing_engine: OcrEngine, full_page, turns: 
     assert (page.height, page.width) == image.shape[:2]
 
 
+@pytest.mark.parametrize("turns", [1, 2, 3])
+def test_a_turned_page_is_found_from_its_lines_by_default(
+    ocr_engine: OcrEngine, full_page, turns: int
+):
+    """Without the orientation model, a page scanned sideways or upside down is found from
+    its own lines (boxes that stand; lines that read better turned) and read upright."""
+    assert not ocr_engine.settings.fix_orientation
+    image, truth = full_page
+    turned = np.ascontiguousarray(np.rot90(image, k=-turns))  # turned clockwise
+    (page,) = ocr_engine.recognize([turned])
+    assert page.rotation == (360 - 90 * turns) % 360
+    assert cer(page.text, truth) < 0.05, page.text
+    assert (page.height, page.width) == image.shape[:2]
+    assert page.timings_ms["orientation"] > 0
+
+
+def test_an_upright_page_is_not_read_twice(ocr_engine: OcrEngine, full_page, scanned: bytes):
+    for upright in (full_page[0], scanned):
+        (page,) = ocr_engine.recognize([upright])
+        assert page.rotation == 0
+        assert "orientation" not in page.timings_ms  # no line was read turned
+
+
+def test_pages_are_read_as_they_come_when_turned_pages_are_not_looked_for(full_page):
+    engine = OcrEngine(OcrSettings(find_turned_pages=False, threads=2))
+    image, truth = full_page
+    (page,) = engine.recognize([np.ascontiguousarray(np.rot90(image, k=-2))])
+    assert page.rotation == 0
+    assert cer(page.text, truth) > 0.5
+
+
 def test_skewed_page_is_deskewed(fixing_engine: OcrEngine, full_page):
     import cv2
 
@@ -376,8 +407,8 @@ def test_fingerprint_follows_models_options_and_mode(
     ocr_engine: OcrEngine, fixing_engine: OcrEngine
 ) -> None:
     """The page cache's engine fingerprint: stable, and different for another option that
-    changes results (orientation fixing, 1-bit pages read as they are) and for layout mode
-    (the layout model joins)."""
+    changes results (orientation fixing, 1-bit pages read as they are, turned pages not looked
+    for) and for layout mode (the layout model joins)."""
     text = ocr_engine.fingerprint("text")
     assert text == ocr_engine.fingerprint("text")
     assert text == OcrEngine(ocr_engine.settings).fingerprint("text")  # another process's
@@ -385,6 +416,8 @@ def test_fingerprint_follows_models_options_and_mode(
     assert text != fixing_engine.fingerprint("text")
     as_they_are = ocr_engine.settings.model_copy(update={"bilevel_smoothing": 0.0})
     assert text != OcrEngine(as_they_are).fingerprint("text")  # 1-bit pages read unblurred
+    as_they_come = ocr_engine.settings.model_copy(update={"find_turned_pages": False})
+    assert text != OcrEngine(as_they_come).fingerprint("text")  # turned pages read as noise
 
 
 @pytest.mark.skipif(
