@@ -8,8 +8,8 @@ edits where RapidOCR made 3,031, and 27 on 300-DPI small print where the grey pa
 (docs/benchmarks.md, session 35). A Gaussian blur of the whole page gives the edges their fade
 back. Its width has to follow the text's size, not the pixel count: σ 1.3 px helped the
 300-DPI small print and hurt the 100-DPI receipts; σ as a share of the page's line height
-(:func:`~ocrstream.processors.ocr.textsize.line_height`; 0.05: 0.8 px on a receipt's 16-px
-lines, 1.8 px on small print's 37) helped both (session 36).
+(:func:`~ocrstream.processors.ocr.textsize.line_height`; 0.04: 0.64 px on a receipt's 16-px
+lines, 1.6 px on small print's 41) helped both, up to 1.5 px (session 36).
 
 A page counts as 1-bit when every pixel is black or white (:func:`is_bilevel`), whatever
 carried it: the splitter's 1-bit PNGs, a TIFF, or an array a caller decoded. A page with no
@@ -28,6 +28,10 @@ ImageBGR = npt.NDArray[np.uint8]
 
 SPARSE_ROWS = 32  # the first look: every 32nd row (0.2 ms on a 300-DPI A4 page)
 HEIGHT_WORK_SIDE = 1024
+# at most this σ, in page pixels: the share of a line that suits 300-DPI Latin print blurred
+# the denser strokes of Chinese at the same size together (session 36: 20 dev pages of Chinese
+# A4, 15 edits at σ 1.9, 13 capped at 1.5; small print 22 and 16)
+MAX_SIGMA = 1.5
 
 
 def is_bilevel(image: ImageBGR) -> bool:
@@ -41,8 +45,8 @@ def is_bilevel(image: ImageBGR) -> bool:
 
 
 def soften(image: ImageBGR, share: float) -> ImageBGR:
-    """``image`` blurred by a Gaussian of ``share`` × its line height when it is 1-bit and
-    ``share`` > 0; otherwise ``image`` itself."""
+    """``image`` blurred by a Gaussian of ``share`` × its line height (at most ``MAX_SIGMA``
+    px) when it is 1-bit and ``share`` > 0; otherwise ``image`` itself."""
     gray = _bilevel_gray(image) if share > 0 else None
     if gray is None:
         return image
@@ -51,7 +55,7 @@ def soften(image: ImageBGR, share: float) -> ImageBGR:
     height = line_height(gray, work_side=HEIGHT_WORK_SIDE)
     if height is None:
         return image
-    smooth = cv2.GaussianBlur(gray, (0, 0), share * height)
+    smooth = cv2.GaussianBlur(gray, (0, 0), min(share * height, MAX_SIGMA))
     out = smooth if image.ndim == 2 else cv2.cvtColor(smooth, cv2.COLOR_GRAY2BGR)
     return np.asarray(out, np.uint8)
 

@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
-from ocrstream.processors.ocr.bilevel import is_bilevel, soften
+from ocrstream.processors.ocr.bilevel import MAX_SIGMA, is_bilevel, soften
 from ocrstream.processors.ocr.textsize import line_height
 from tests.fakes.engines import render_text_page
 
@@ -20,8 +20,8 @@ def _one_bit(gray: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def page() -> np.ndarray:
-    """A rendered page (anti-aliased grey edges), BGR."""
-    return render_text_page(LINES, dpi=200)
+    """A rendered page (anti-aliased grey edges), BGR: 12-pt type at 100 DPI, a fax's."""
+    return render_text_page(LINES, dpi=100)
 
 
 def test_only_black_and_white_pages_count_as_1bit(page: np.ndarray):
@@ -53,6 +53,7 @@ def test_a_1bit_page_is_blurred_by_a_share_of_its_line_height(page: np.ndarray):
     assert (out[..., 0] == out[..., 2]).all()
     height = line_height(split[..., 0], work_side=1024)
     assert height is not None
+    assert 0.04 * height * 2 < MAX_SIGMA  # this page and the one twice its size below
     expected = cv2.GaussianBlur(split[..., 0], (0, 0), 0.04 * height)
     assert np.array_equal(out[..., 0], expected)
     # twice the print, twice the blur: the same share of a line
@@ -72,3 +73,13 @@ def test_grey_pages_blank_pages_and_smoothing_off_are_left_as_they_are(page: np.
     out = soften(split, 0.04)  # a grey array stays grey
     assert out.ndim == 2
     assert not is_bilevel(out)
+
+
+def test_large_print_is_blurred_no_more_than_the_cap(page: np.ndarray):
+    split = _one_bit(cv2.cvtColor(page, cv2.COLOR_BGR2GRAY))
+    large = cv2.resize(split, None, fx=6, fy=6, interpolation=cv2.INTER_NEAREST)
+    height = line_height(large, work_side=1024)
+    assert height is not None
+    assert 0.04 * height > MAX_SIGMA
+    capped = cv2.GaussianBlur(large, (0, 0), MAX_SIGMA)
+    assert np.array_equal(soften(large, 0.04), capped)
