@@ -338,25 +338,17 @@ def full_page() -> tuple[np.ndarray, str]:
 
 
 @pytest.mark.parametrize("turns", [1, 2, 3])
-def test_turned_page_is_set_upright(fixing_engine: OcrEngine, full_page, turns: int):
-    image, truth = full_page
-    turned = np.ascontiguousarray(np.rot90(image, k=-turns))  # turned clockwise
-    (page,) = fixing_engine.recognize([turned])
-    assert page.rotation == (360 - 90 * turns) % 360
-    assert cer(page.text, truth) < 0.05, page.text
-    assert (page.height, page.width) == image.shape[:2]
-
-
-@pytest.mark.parametrize("turns", [1, 2, 3])
-def test_a_turned_page_is_found_from_its_lines_by_default(
-    ocr_engine: OcrEngine, full_page, turns: int
+@pytest.mark.parametrize("engine", ["fixing_engine", "ocr_engine"])
+def test_turned_page_is_set_upright(
+    request: pytest.FixtureRequest, engine: str, full_page, turns: int
 ):
-    """Without the orientation model, a page scanned sideways or upside down is found from
-    its own lines (boxes that stand; lines that read better turned) and read upright."""
-    assert not ocr_engine.settings.fix_orientation
+    """A page scanned sideways or upside down is read upright: by the orientation model
+    (``fixing_engine``) or, by default, found from its own lines (boxes that stand, lines
+    that read better turned)."""
+    reader: OcrEngine = request.getfixturevalue(engine)
     image, truth = full_page
     turned = np.ascontiguousarray(np.rot90(image, k=-turns))  # turned clockwise
-    (page,) = ocr_engine.recognize([turned])
+    (page,) = reader.recognize([turned])
     assert page.rotation == (360 - 90 * turns) % 360
     assert cer(page.text, truth) < 0.05, page.text
     assert (page.height, page.width) == image.shape[:2]
