@@ -579,7 +579,6 @@ class OcrEngine:
             flipped = upside_down(self._read_lines, self._crops(page))
             if flipped:
                 self._turn_half(page)
-                page.crops = None
                 self._read([page])
             page.ms["orientation"] = (
                 page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
