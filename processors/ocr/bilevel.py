@@ -18,11 +18,17 @@ line height to go by (blank, or a drawing) is left as it is.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import cv2
 import numpy as np
 import numpy.typing as npt
 
+from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr.textsize import line_height
+
+if TYPE_CHECKING:
+    from ocrstream.settings import OcrSettings
 
 ImageBGR = npt.NDArray[np.uint8]
 
@@ -32,6 +38,16 @@ HEIGHT_WORK_SIDE = 1024
 # the denser strokes of Chinese at the same size together (session 36: 20 dev pages of Chinese
 # A4, 15 edits at σ 1.9, 13 capped at 1.5; small print 22 and 16)
 MAX_SIGMA = 1.5
+
+
+def decode_page(
+    data: bytes | bytearray | memoryview | npt.NDArray[np.generic], settings: OcrSettings
+) -> ImageBGR:
+    """A page as the engine reads it (and the line rescue after it): decoded within
+    ``settings.max_page_pixels`` (:func:`~ocrstream.processors.imageio.decode_image`, whose
+    errors it raises) and, when 1-bit, blurred into grey (:func:`soften`)."""
+    image = decode_image(data, max_pixels=settings.max_page_pixels)
+    return soften(image, settings.bilevel_smoothing)
 
 
 def is_bilevel(image: ImageBGR) -> bool:

@@ -49,7 +49,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.errors import FatalError, PoisonError
-from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.layout.model import LAYOUT_CDLA, Detection, LayoutDetector
 from ocrstream.processors.layout.structure import build_blocks, refine_regions
 from ocrstream.processors.layout.table_grid import GridCell, grid_from_structure
@@ -395,8 +394,7 @@ class OcrEngine:
                 flat.append(item)
                 continue
             try:
-                image = decode_image(item.image, max_pixels=self.settings.max_page_pixels)
-                image = bilevel.soften(image, self.settings.bilevel_smoothing)
+                image = bilevel.decode_page(item.image, self.settings)
             except PoisonError as e:
                 plans.append(PageOCR(0, 0, (), status="failed", error_code=e.code,
                                      error_message=str(e), fields=()))  # fmt: skip
@@ -462,8 +460,7 @@ class OcrEngine:
         image = data.image if isinstance(data, LayoutPage | _FieldCrop) else data
         start = time.perf_counter()
         try:
-            decoded = decode_image(image, max_pixels=self.settings.max_page_pixels)
-            page.image = bilevel.soften(decoded, self.settings.bilevel_smoothing)
+            page.image = bilevel.decode_page(image, self.settings)
         except PoisonError as e:
             page.result = PageOCR(
                 width=0,

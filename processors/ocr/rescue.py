@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from ocrstream.processors.imageio import decode_image
 from ocrstream.processors.ocr import bilevel
 from ocrstream.processors.ocr import rec as rec_mod
 from ocrstream.processors.ocr.backends import COMPACT_HEAD_BACKENDS, create, rec_options
@@ -92,10 +91,7 @@ class LineRescue:
         if not weak or page.status != "ok" or page.rotation or page.skew:
             return page
         start = time.perf_counter()
-        bgr = bilevel.soften(
-            decode_image(image, max_pixels=self.settings.max_page_pixels),
-            self.settings.bilevel_smoothing,
-        )
+        bgr = bilevel.decode_page(image, self.settings)
         # grown for rec as the engine grows them, the page's other lines as neighbours
         quads = [np.array(line.polygon, np.float32) for line in page.lines]
         grown, heights = grow_for_rec(quads, self.params.crop_margin, bgr.shape[1], bgr.shape[0])
