@@ -138,6 +138,10 @@ class _Page:
         default_factory=lambda: {"decode": 0.0, "det": 0.0, "rec": 0.0, "total": 0.0}
     )
 
+    def charge(self, stage: str, since: float) -> None:
+        """Add the time from ``since`` (a ``time.perf_counter()``) to now to ``stage``."""
+        self.ms[stage] = self.ms.get(stage, 0.0) + (time.perf_counter() - since) * 1000
+
 
 class OcrEngine:
     """PP-OCR detection + recognition on one backend; see the module docstring."""
@@ -539,9 +543,7 @@ class OcrEngine:
             start = time.perf_counter()
             if upside_down(self._read_lines, self._crops(page)):
                 self._turn_half(page)
-            page.ms["orientation"] = (
-                page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
-            )
+            page.charge("orientation", start)
 
     def _find_quarter_turns(self, pages: list[_Page]) -> None:
         """Pages scanned a quarter turn, found from det's boxes (most of the text stands:
@@ -559,9 +561,7 @@ class OcrEngine:
             upright, flipped = read_both_ways(self._read_lines, page.crops or self._crops(page))
             if flipped > upright:
                 self._turn_half(page)
-            page.ms["orientation"] = (
-                page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
-            )
+            page.charge("orientation", start)
 
     def _find_half_turns(self, pages: list[_Page]) -> None:
         """Pages scanned upside down, found once read: a page whose lines read with a mean
@@ -577,9 +577,7 @@ class OcrEngine:
             if flipped:
                 self._turn_half(page)
                 self._read([page])
-            page.ms["orientation"] = (
-                page.ms.get("orientation", 0.0) + (time.perf_counter() - start) * 1000
-            )
+            page.charge("orientation", start)
 
     def _turn_half(self, page: _Page) -> None:
         """``page`` and its boxes turned by 180° (the boxes in reading order again)."""
@@ -830,7 +828,7 @@ class OcrEngine:
         if page.layout:
             start = time.perf_counter()
             blocks = build_blocks(page.regions, kept, int(w), int(h), page.tables)
-            page.ms["layout"] = page.ms.get("layout", 0.0) + (time.perf_counter() - start) * 1000
+            page.charge("layout", start)
         page.ms["total"] = sum(v for k, v in page.ms.items() if k != "total")
         return PageOCR(
             width=int(w),
