@@ -82,13 +82,12 @@ from ocrstream.processors.ocr.models import (
     file_digest,
     load_model_set,
 )
-from ocrstream.processors.ocr.order import reading_order
+from ocrstream.processors.ocr.order import reading_order, runs_down
 from ocrstream.processors.ocr.orientation import (
     UPRIGHT_CONFIDENCE,
     classify_orientation,
     estimate_skew,
     read_both_ways,
-    runs_down,
     upside_down,
 )
 from ocrstream.processors.ocr.textsize import line_height
@@ -328,6 +327,8 @@ class OcrEngine:
             options["bilevel_smoothing"] = s.bilevel_smoothing
         if s.find_turned_pages and not s.fix_orientation:  # pages turned from their lines
             options["find_turned_pages"] = True
+        else:  # a page left with its lines standing is read right to left (order.runs_down)
+            options["standing_lines"] = "right_to_left"
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -547,10 +548,11 @@ class OcrEngine:
 
     def _find_quarter_turns(self, pages: list[_Page]) -> None:
         """Pages scanned a quarter turn, found from det's boxes (most of the text stands:
-        orientation.runs_down): each is turned a quarter turn clockwise, detected again, and
+        order.runs_down): each is turned a quarter turn clockwise, detected again, and
         turned by 180° more when its widest lines read better so. Upright pages pay nothing
         but a look at their boxes. (A page written in vertical columns, as Japanese and
-        traditional Chinese may be, is turned too: its lines stand.)"""
+        Chinese may be, is turned too, by 270°: its lines stand. Its text comes out in order,
+        columns right to left, as it does with the search off, which leaves it upright.)"""
         for page in pages:
             if not runs_down([box.quad for box in page.boxes]):
                 continue

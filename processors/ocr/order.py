@@ -10,6 +10,10 @@ straight one. Then a recursive XY-cut:
    right one, each recursively;
 3. a band that does not split into columns is read row by row, left to right.
 
+A page whose lines stand (:func:`runs_down`: written in vertical columns, as Japanese and
+Chinese may be, or scanned a quarter turn clockwise and not turned) is ordered as if turned a
+quarter turn counter-clockwise: its columns right to left, each from the top down.
+
 What separates columns from a table or a receipt (label on the left, amount on the right, both
 on the same row) is width: text columns hold long lines (many line heights) that fill most of
 each side, while a receipt's amounts are a narrow strip of short cells, read row by row.
@@ -38,6 +42,11 @@ def reading_order(quads: Sequence[Quad]) -> list[int]:
     if n <= 1:
         return list(range(n))
     pts = np.stack([np.asarray(q, np.float64) for q in quads])  # N x 4 x 2
+    if runs_down(quads):
+        # each quad turned 90° counter-clockwise, its corners from the new top-left: the
+        # rightmost column becomes the first row, the top of each column its left end
+        turned = pts[:, [1, 2, 3, 0]]
+        pts = np.stack([turned[:, :, 1], -turned[:, :, 0]], axis=-1)
     angle = _median_angle(pts)
     if abs(angle) > 1e-3:
         c, s = np.cos(-angle), np.sin(-angle)
@@ -47,6 +56,26 @@ def reading_order(quads: Sequence[Quad]) -> list[int]:
     heights = bounds[:, 3] - bounds[:, 1]
     line_h = float(np.median(heights)) if n else 1.0
     return _order(bounds, list(range(n)), max(line_h, 1.0))
+
+
+def runs_down(quads: Sequence[Quad], min_lines: int = 2) -> bool:
+    """Whether the text det found runs down the page rather than across it (a page scanned a
+    quarter turn): the boxes that stand (three times as tall as wide: a line of a few
+    characters, at least ``min_lines`` of them) outweigh those that lie, each by its length.
+    A digit or a letter stands on an upright page too, but not three times as tall as wide,
+    and it weighs little beside the lines around it."""
+    standing = lying = 0.0
+    count = 0
+    for quad in quads:
+        q = np.asarray(quad, np.float64).reshape(4, 2)
+        across = float(np.hypot(*(q[1] - q[0])))
+        down = float(np.hypot(*(q[3] - q[0])))
+        if down > 3 * across:
+            standing += down
+            count += 1
+        elif across > 3 * down:
+            lying += across
+    return count >= min_lines and standing > lying
 
 
 def _median_angle(pts: npt.NDArray[np.float64]) -> float:

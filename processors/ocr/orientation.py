@@ -108,26 +108,6 @@ def read_both_ways(
     return upright, flipped
 
 
-def runs_down(quads: Sequence[npt.NDArray[np.float32]], min_lines: int = 2) -> bool:
-    """Whether the text det found runs down the page rather than across it (a page scanned a
-    quarter turn): the boxes that stand (three times as tall as wide: a line of a few
-    characters, at least ``min_lines`` of them) outweigh those that lie, each by its length.
-    A digit or a letter stands on an upright page too, but not three times as tall as wide,
-    and it weighs little beside the lines around it."""
-    standing = lying = 0.0
-    count = 0
-    for quad in quads:
-        q = np.asarray(quad, np.float64).reshape(4, 2)
-        across = float(np.hypot(*(q[1] - q[0])))
-        down = float(np.hypot(*(q[3] - q[0])))
-        if down > 3 * across:
-            standing += down
-            count += 1
-        elif across > 3 * down:
-            lying += across
-    return count >= min_lines and standing > lying
-
-
 def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:
     """The counter-clockwise rotation in degrees that levels the text lines (0 if none).
 

@@ -370,6 +370,55 @@ def test_pages_are_read_as_they_come_when_turned_pages_are_not_looked_for(full_p
     assert cer(page.text, truth) > 0.5
 
 
+def test_with_the_search_off_a_page_turned_clockwise_keeps_its_lines_in_order():
+    """Its lines stand and each reads upright once cut (a standing line is turned a quarter
+    turn counter-clockwise): read right to left, the top line of the page first."""
+    engine = OcrEngine(OcrSettings(find_turned_pages=False, threads=2))
+    lines = ["Invoice 2041 for March", "Seven boxes of paper", "Shipped to Lisbon by rail",
+             "Total due within thirty days", "Thank you for your order"]  # fmt: skip
+    image = render_text_page(lines, width_in=4.0)
+    (page,) = engine.recognize([np.ascontiguousarray(np.rot90(image, k=-1))])
+    assert page.rotation == 0
+    assert cer(page.text, "\n".join(lines)) < 0.05, page.text
+
+
+NOTO_CJK = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
+VERTICAL = [
+    "春眠不觉晓处处闻啼鸟", "夜来风雨声花落知多少", "床前明月光疑是地上霜", "举头望明月低头思故乡",
+    "白日依山尽黄河入海流", "欲穷千里目更上一层楼", "千山鸟飞绝万径人踪灭",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def vertical_page() -> np.ndarray:
+    """Seven columns of Chinese written top to bottom, the first on the right (300 DPI)."""
+    from PIL import Image, ImageDraw, ImageFont, features
+
+    if not NOTO_CJK.is_file():
+        pytest.skip(f"no {NOTO_CJK}: apt-get install fonts-noto-cjk (scripts/test.sh does)")
+    if not features.check("raqm"):
+        pytest.skip("this Pillow lays out no vertical text (built without libraqm)")
+    font = ImageFont.truetype(str(NOTO_CJK), 50, index=2)  # Noto Sans CJK SC
+    page = Image.new("L", (900, 800), 255)
+    draw = ImageDraw.Draw(page)
+    for i, column in enumerate(VERTICAL):
+        draw.text((800 - i * 100, 120), column, font=font, fill=0, anchor="mt", direction="ttb")
+    return cv2.cvtColor(np.asarray(page), cv2.COLOR_GRAY2BGR)
+
+
+def test_a_page_written_in_columns_reads_right_to_left(ocr_engine: OcrEngine, vertical_page):
+    """Upright with the search off; turned by 270° by default, which reads the same text in
+    the same order (docs/benchmarks.md, session 37)."""
+    truth = "\n".join(VERTICAL)
+    upright = OcrEngine(OcrSettings(find_turned_pages=False, threads=2))
+    (page,) = upright.recognize([vertical_page])
+    assert page.rotation == 0
+    assert cer(page.text, truth) < 0.1, page.text
+    (page,) = ocr_engine.recognize([vertical_page])
+    assert page.rotation == 270
+    assert cer(page.text, truth) < 0.1, page.text
+
+
 def test_skewed_page_is_deskewed(fixing_engine: OcrEngine, full_page):
     import cv2
 

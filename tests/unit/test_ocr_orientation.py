@@ -4,27 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ocrstream.processors.ocr.orientation import read_both_ways, runs_down
+from ocrstream.processors.ocr.orientation import read_both_ways
 
 
 def _box(x: float, y: float, w: float, h: float) -> np.ndarray:
     return np.array([[x, y], [x + w, y], [x + w, y + h], [x, y + h]], np.float32)
-
-
-def test_lines_that_lie_run_across_and_lines_that_stand_run_down():
-    across = [_box(20, 30 + 40 * i, 600, 24) for i in range(10)]
-    down = [_box(30 + 40 * i, 20, 24, 600) for i in range(10)]
-    assert not runs_down(across)
-    assert runs_down(down)
-
-
-def test_digits_and_short_words_standing_on_an_upright_page_do_not_turn_it():
-    lines = [_box(20, 30 + 40 * i, 500, 24) for i in range(6)]
-    digits = [_box(560, 30 + 40 * i, 10, 24) for i in range(6)]  # "1", "l", "I"
-    assert not runs_down(lines + digits)
-    assert not runs_down(digits)  # a letter is not a line
-    assert runs_down([_box(30, 20, 24, 600), _box(70, 20, 24, 400)])  # two lines will do
-    assert not runs_down([_box(30, 20, 24, 600)])  # one is too few to tell
 
 
 def test_read_both_ways_reads_the_widest_lines_as_they_are_and_turned():
