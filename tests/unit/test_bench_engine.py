@@ -521,3 +521,23 @@ def test_the_engine_runs_in_the_precision_the_environment_names_unless_the_flag_
     monkeypatch.delenv("OCRSTREAM_OCR_PRECISION")
     assert CliRunner().invoke(main, args).exit_code == 0
     assert [cfg.precision for cfg in seen] == ["fp32", "bf16", "fp16"]
+
+
+@pytest.mark.parametrize("rotation", [0, 90, 180, 270])
+def test_a_page_the_engine_turned_is_scored_where_its_ground_truth_is(rotation: int) -> None:
+    """The engine's lines on a page it turned upright lie in the turned page's pixels; the
+    bench puts them back in the pixels of the image it was given, where the ground truth is."""
+    from ocrstream.bench.engine import _page_lines
+    from ocrstream.processors.ocr.types import Line, PageOCR
+
+    source = np.zeros((60, 100), np.uint8)
+    source[10:14, 20:50] = 255  # a line near the top left of the image as given
+    upright = np.rot90(source, k=-rotation // 90)  # what the engine read: turned clockwise
+    ys, xs = np.nonzero(upright)
+    x0, y0, x1, y1 = float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1)
+    h, w = upright.shape
+    line = Line(text="x", confidence=1.0, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1)))
+    page = PageOCR(width=w, height=h, lines=(line,), rotation=rotation)
+    ((scored,), _) = _page_lines(page)
+    pts = np.array(scored.polygon)
+    assert (pts.min(axis=0).tolist(), pts.max(axis=0).tolist()) == ([20, 10], [50, 14])
