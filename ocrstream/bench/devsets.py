@@ -14,6 +14,10 @@ rotation.
   ``鍦``, ``鏄``, ``銆`` among its most frequent single characters) and traditional forms, which
   no simplified Chinese scan holds and no model reads (v1 of the set had them: 36 of v6 small's
   79 held-out edits were characters outside its dictionary).
+- ``a4-zh-vertical``: the same Chinese written in vertical columns (top to bottom, the first
+  column on the right), laid out by Pillow's libraqm with the fonts' vertical forms
+  (``features=["vert"]``): a title column, then the body, as a Chinese or Japanese book or
+  letter is set. Ground truth: one line per column, in reading order.
 - ``small-print``: English at 6-8 pt in DejaVu Sans/Serif, with amounts in two-column rows
   (terms and conditions, footnotes, the back of an invoice).
 - ``a4-en``: English at 9-12 pt, the same words and fonts, for an English set degraded like
@@ -45,10 +49,10 @@ from typing import Any
 from ocrstream.bench.cer import TextLine
 from ocrstream.bench.datasets import Sample, _sentence
 
-DEVSETS = ("a4-en", "a4-zh", "small-print")
+DEVSETS = ("a4-en", "a4-zh", "small-print", "a4-zh-vertical")
 SPLITS = {"dev": 0, "heldout": 100_000}
 # Raised for a set whenever its pages would come out different (its cache folder is -v{N}).
-VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1}
+VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1, "a4-zh-vertical": 1}
 DPI = 300
 A4_PX = (2480, 3508)  # width, height at 300 DPI
 CACHE = Path.home() / ".cache" / "ocrstream" / "devsets"
@@ -90,7 +94,7 @@ def _fc_list(pattern: str) -> list[FontFace]:
 @functools.cache
 def fonts_for(devset: str) -> tuple[FontFace, ...]:
     """The faces ``devset`` renders with, or :class:`MissingRequirement` saying what to install."""
-    if devset == "a4-zh":
+    if devset in ("a4-zh", "a4-zh-vertical"):
         wanted = ("Noto Sans CJK SC", "Noto Serif CJK SC")
         faces = [f for f in _fc_list(":lang=zh:style=Regular") if f.family in wanted]
         hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
@@ -115,7 +119,12 @@ def requirements(devset: str) -> list[str]:
         fonts_for(devset)
     except MissingRequirement as e:
         missing.append(str(e))
-    if devset == "a4-zh":
+    if devset == "a4-zh-vertical":
+        from PIL import features
+
+        if not features.check("raqm"):
+            missing.append(f"dev set {devset} needs a Pillow built with libraqm (PyPI's is)")
+    if devset in ("a4-zh", "a4-zh-vertical"):
         try:
             _zh_vocabulary()
         except MissingRequirement as e:
@@ -203,6 +212,7 @@ _STYLES = {
     "a4-en": _Style((9.0, 10.0, 11.0, 12.0), (1.3, 1.5), zh=False),
     "small-print": _Style((6.0, 6.5, 7.0, 7.5, 8.0), (1.15, 1.35), zh=False),
     "a4-zh": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), zh=True),
+    "a4-zh-vertical": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), zh=True),
 }
 
 
@@ -211,6 +221,8 @@ def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
     import numpy as np
     from PIL import Image, ImageDraw, ImageFont
 
+    if devset == "a4-zh-vertical":
+        return _render_vertical(devset, seed)
     style = _STYLES[devset]
     faces = fonts_for(devset)
     rng = random.Random(f"{devset}:{seed}")
@@ -247,6 +259,57 @@ def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
             text = _fill(draw, rng, sentence, font, (right - left) * rng.uniform(0.55, 1.0))
             put(left, y, text)
         y += leading * (2.0 if rng.random() < 0.1 else 1.0)
+    image, lines = _degrade(np.asarray(page), lines, rng)
+    out = io.BytesIO()
+    Image.fromarray(image).save(out, "JPEG", quality=rng.randint(70, 88), dpi=(DPI, DPI))
+    return out.getvalue(), tuple(lines)
+
+
+def _render_vertical(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
+    """A page of Chinese in vertical columns: a title column on the right, then columns of
+    prose leftwards, each as long as the text that fills it, some followed by a blank one."""
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    style = _STYLES[devset]
+    faces = fonts_for(devset)
+    rng = random.Random(f"{devset}:{seed}")
+    face = faces[seed % len(faces)]
+    size_px = rng.choice(style.sizes_pt) * DPI / 72.0
+    font = ImageFont.truetype(face.path, round(size_px), index=face.index)
+    title_font = ImageFont.truetype(face.path, round(size_px * 1.3), index=face.index)
+    width, height = A4_PX
+    page = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(page)
+    margin = round(rng.uniform(0.7, 1.0) * DPI)
+    top, bottom = margin, height - margin
+    pitch = size_px * rng.uniform(*style.leading)  # column to column
+    ttb: dict[str, Any] = {"direction": "ttb", "features": ["vert"], "anchor": "mt"}
+    lines: list[TextLine] = []
+
+    def length(text: str, f: Any = font) -> float:
+        return float(draw.textlength(text, font=f, direction="ttb", features=["vert"]))
+
+    def fit(text: str, f: Any, room: float) -> str:
+        while len(text) > 1 and length(text, f) > room:
+            text = text[:-1]
+        return text.strip()
+
+    def put(x: float, text: str, f: Any = font) -> None:  # x: the column's centre
+        draw.text((x, top), text, font=f, fill=0, **ttb)
+        x0, y0, x1, y1 = draw.textbbox((x, top), text, font=f, **ttb)
+        lines.append(TextLine(text=text, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1))))
+
+    x = width - margin - size_px * 0.65
+    put(x, fit(_zh_sentence(rng).rstrip("。；：.:;"), title_font, bottom - top), title_font)
+    x -= pitch * 2.2
+    while x - pitch > margin:
+        room = (bottom - top) * rng.uniform(0.55, 1.0)
+        text = ""
+        while length(text) <= room:
+            text += _zh_sentence(rng)
+        put(x, fit(text, font, room))
+        x -= pitch * (2.0 if rng.random() < 0.1 else 1.0)
     image, lines = _degrade(np.asarray(page), lines, rng)
     out = io.BytesIO()
     Image.fromarray(image).save(out, "JPEG", quality=rng.randint(70, 88), dpi=(DPI, DPI))

@@ -75,7 +75,7 @@ def bench() -> None:
     "--devset",
     "devsets",
     multiple=True,
-    type=click.Choice(["a4-en", "a4-zh", "small-print"]),
+    type=click.Choice(["a4-en", "a4-zh", "small-print", "a4-zh-vertical"]),
     help="A scanned-looking dev set with known text (cached under ~/.cache/ocrstream/devsets); "
     "repeatable.",
 )

@@ -113,3 +113,15 @@ def test_a_missing_font_or_package_is_named_with_how_to_get_it(
     finally:
         devsets.fonts_for.cache_clear()
         devsets._zh_vocabulary.cache_clear()
+
+
+def test_the_vertical_set_stands_in_columns_read_right_to_left() -> None:
+    _needs("a4-zh-vertical")
+    _, lines = devsets.render_page("a4-zh-vertical", 2)
+    boxes = [np.array(ln.polygon) for ln in lines]
+    sizes = [(b[:, 0].max() - b[:, 0].min(), b[:, 1].max() - b[:, 1].min()) for b in boxes]
+    assert all(tall > 5 * wide for wide, tall in sizes)  # each column stands
+    lefts = [float(b[:, 0].min()) for b in boxes]
+    assert lefts == sorted(lefts, reverse=True)  # the truth's order: right to left
+    text = "".join(line.text for line in lines)
+    assert sum("\u4e00" <= c <= "\u9fff" for c in text) > 0.8 * len(text)
