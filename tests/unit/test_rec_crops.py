@@ -69,11 +69,29 @@ def test_a_side_grows_only_up_to_the_next_line_but_keeps_the_whole_margins_width
     assert heights == pytest.approx([54, 54])
 
 
+def test_a_column_grows_across_but_not_into_a_column_that_overlaps_it():
+    """A vertical line is read turned a quarter turn: its width is its height there, and it
+    grows by the margin on its left and right, where no column beside it overlaps it by
+    more than NEIGHBOUR_OVERLAP of its width (det's column boxes of Chinese set 1.5 em apart
+    overlap by a few pixels, under it)."""
+    right = box(500, 100, 550, 900)
+    close = box(452, 100, 502, 700)  # overlaps ``right`` by 2 px: both grow towards it
+    squeezed = box(300, 100, 350, 900)
+    crowded = box(338, 300, 388, 900)  # overlaps ``squeezed`` by 12 px, over a fifth: neither
+    (g_right, g_close, g_squeezed, g_crowded), _ = grow_for_rec(
+        [right, close, squeezed, crowded], 0.1, 1000, 1000
+    )
+    np.testing.assert_allclose(g_right, box(495, 100, 555, 900), atol=1e-4)
+    np.testing.assert_allclose(g_close, box(447, 100, 507, 700), atol=1e-4)
+    np.testing.assert_allclose(g_squeezed, box(295, 100, 350, 900), atol=1e-4)
+    np.testing.assert_allclose(g_crowded, box(338, 300, 393, 900), atol=1e-4)
+
+
 def test_vertical_lines_pages_edges_and_no_margin():
     vertical = box(100, 100, 140, 400)
     edge = box(0, 0, 300, 40)
     (g_vertical, g_edge), heights = grow_for_rec([vertical, edge], 0.04, 300, 1000)
-    np.testing.assert_array_equal(g_vertical, vertical)
+    np.testing.assert_allclose(g_vertical, box(98.4, 100, 141.6, 400), atol=1e-4)  # across
     assert g_edge[:, 1].min() == 0.0  # clipped to the page
     assert g_edge[:, 0].max() == 299.0
     assert g_edge[:, 1].max() == pytest.approx(41.6)
