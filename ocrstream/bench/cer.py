@@ -24,6 +24,7 @@ Definitions (used for ocrstream, RapidOCR and Tesseract alike):
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -158,7 +159,9 @@ def _assign(score: npt.NDArray[np.float64], ok: npt.NDArray[np.bool_]) -> list[t
 def match_lines(
     pred: Sequence[TextLine], gt: Sequence[TextLine], min_iou: float = 0.1
 ) -> dict[int, list[int]]:
-    """Ground-truth index -> predicted indices (left to right) assigned to it."""
+    """Ground-truth index -> predicted indices assigned to it, in the order they come along
+    it (left to right on a line that lies, top down on one that stands, as the text runs on a
+    turned page: along the line's longer side, from its first corner)."""
     iou, contains = overlap_matrix(pred, gt)
     ok = (iou >= min_iou) | contains
     groups: dict[int, list[int]] = {gi: [pi] for pi, gi in _assign(iou, ok)}
@@ -176,8 +179,20 @@ def match_lines(
                 best = max(inside, key=lambda g: iou[pi, g])
                 groups[best].append(pi)
     for gi, ps in groups.items():
-        groups[gi] = sorted(ps, key=lambda p: min(x for x, _ in pred[p].polygon))
+        along = _along(gt[gi])
+        groups[gi] = sorted(
+            ps, key=lambda p: min(x * along[0] + y * along[1] for x, y in pred[p].polygon)
+        )
     return groups
+
+
+def _along(line: TextLine) -> tuple[float, float]:
+    """The direction ``line``'s text runs in: its polygon's longer side from the first corner
+    (the top edge of a line that lies, the left edge of a column that stands)."""
+    (x0, y0), (x1, y1) = line.polygon[0], line.polygon[1]
+    x3, y3 = line.polygon[-1]
+    across, down = (x1 - x0, y1 - y0), (x3 - x0, y3 - y0)
+    return across if math.hypot(*across) >= math.hypot(*down) else down
 
 
 def page_cer(

@@ -87,6 +87,20 @@ def test_a_split_line_is_joined_left_to_right() -> None:
     assert counts.extra_pred == 0
 
 
+def test_a_split_line_on_a_page_turned_sideways_is_joined_along_its_text() -> None:
+    """A line of a page scanned a quarter turn clockwise runs down the image: its first
+    corner is at the top right, and its parts are joined top down."""
+    gt = [TextLine("TOTAL AMOUNT 12.00", ((40, 10), (40, 400), (10, 400), (10, 10)))]
+    pred = [line("12.00", 9, 300, 40, 400), line("TOTAL AMOUNT", 11, 10, 40, 280)]
+    assert page_cer(pred, gt, normalised=False).edits == 0
+
+
+def test_a_column_of_vertical_writing_split_in_two_is_joined_top_down() -> None:
+    gt = [line("春眠不觉晓处处闻啼鸟", 100, 10, 150, 600)]
+    pred = [line("处处闻啼鸟", 99, 320, 150, 600), line("春眠不觉晓", 101, 10, 150, 300)]
+    assert match_lines(pred, gt) == {0: [1, 0]}
+
+
 def test_normalised_cer_ignores_case_raw_does_not() -> None:
     gt = [line("THANK YOU", 0, 0, 100, 20)]
     pred = [line("Thank  You", 0, 0, 100, 20)]
