@@ -89,6 +89,7 @@ from ocrstream.processors.ocr.orientation import (
     estimate_skew,
     read_both_ways,
     upside_down,
+    written_in_cjk,
 )
 from ocrstream.processors.ocr.textsize import line_height
 from ocrstream.processors.ocr.types import EngineInfo, LayoutPage, Line, PageOCR, RegionsPage
@@ -328,9 +329,10 @@ class OcrEngine:
         if s.bilevel_smoothing:  # 1-bit pages blurred into grey first (bilevel.soften)
             options["bilevel_smoothing"] = s.bilevel_smoothing
         if s.find_turned_pages and not s.fix_orientation:  # pages turned from their lines
-            options["find_turned_pages"] = True
-        else:  # a page left with its lines standing is read right to left (order.runs_down)
-            options["standing_lines"] = "right_to_left"
+            # standing lines read before a page is turned; vertical CJK kept (session 37)
+            options["find_turned_pages"] = "read_first"
+        # a page left with its lines standing is read right to left (order.runs_down)
+        options["standing_lines"] = "right_to_left"
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision
@@ -549,22 +551,36 @@ class OcrEngine:
             page.charge("orientation", start)
 
     def _find_quarter_turns(self, pages: list[_Page]) -> None:
-        """Pages scanned a quarter turn, found from det's boxes (most of the text stands:
-        order.runs_down): each is turned a quarter turn clockwise, detected again, and
-        turned by 180° more when its widest lines read better so. Upright pages pay nothing
-        but a look at their boxes. (A page written in vertical columns, as Japanese and
-        Chinese may be, is turned too, by 270°: its lines stand. Its text comes out in order,
-        columns right to left, as it does with the search off, which leaves it upright.)"""
+        """Pages whose lines stand (order.runs_down): scanned a quarter turn, or written in
+        vertical columns. Their widest lines, cut and turned upright as standing lines are
+        (geometry.crop_quad), are read as they are and turned by 180°:
+
+        - better turned: the page was scanned a quarter turn counter-clockwise. It is turned
+          a quarter turn clockwise and detected again;
+        - better as they are, in Chinese, Japanese or Korean: the page is written in vertical
+          columns (or a page of those scripts was scanned a quarter turn clockwise). It is read
+          as it is, columns right to left (order.reading_order): turned, its columns would
+          lie close together and read worse (docs/benchmarks.md, session 37);
+        - better as they are, in another script: the page was scanned a quarter turn
+          clockwise, and is turned back and detected again.
+
+        Upright pages pay nothing but a look at their boxes."""
         for page in pages:
             if not runs_down([box.quad for box in page.boxes]):
                 continue
             assert page.image is not None
             start = time.perf_counter()
-            page.image, page.rotation, page.crops = rotate_page(page.image, 1), 90, None
+            both = read_both_ways(self._read_lines, page.crops or self._crops(page))
+            if both.flipped > both.upright:
+                turns = 1
+            elif not written_in_cjk(both.text):
+                turns = 3
+            else:
+                page.charge("orientation", start)
+                continue
+            page.image, page.rotation = rotate_page(page.image, turns), 90 * turns
+            page.crops = None
             self._detect([page])
-            upright, flipped = read_both_ways(self._read_lines, page.crops or self._crops(page))
-            if flipped > upright:
-                self._turn_half(page)
             page.charge("orientation", start)
 
     def _find_half_turns(self, pages: list[_Page]) -> None:

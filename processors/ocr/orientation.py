@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -86,26 +86,49 @@ def upside_down(
 ) -> bool:
     """Whether a page's line crops read better turned by 180°: the mean recognition
     confidence of the widest lines, as they are and turned, decides."""
-    upright, flipped = read_both_ways(read, lines)
-    return flipped > upright + margin
+    both = read_both_ways(read, lines)
+    return both.flipped > both.upright + margin
+
+
+class BothWays(NamedTuple):
+    """A page's widest lines read as they are and turned by 180° (:func:`read_both_ways`)."""
+
+    upright: float  # their mean confidence as they are
+    flipped: float  # turned
+    text: str  # what they read as they are
+
+
+def written_in_cjk(text: str) -> bool:
+    """Whether most of ``text``'s letters are Chinese, Japanese or Korean: the scripts that
+    are written in vertical columns too."""
+    letters = [c for c in text if c.isalpha()]
+    cjk = sum(
+        "\u3040" <= c <= "\u30ff"  # kana
+        or "\u3400" <= c <= "\u9fff"  # Han
+        or "\uac00" <= c <= "\ud7af"  # Hangul
+        or "\uf900" <= c <= "\ufaff"
+        for c in letters
+    )
+    return bool(letters) and cjk * 2 > len(letters)
 
 
 def read_both_ways(
     read: Callable[[list[ImageBGR]], list[tuple[str, float]]],
     lines: Sequence[ImageBGR],
     widest: int = 8,
-) -> tuple[float, float]:
+) -> BothWays:
     """The mean recognition confidence of a page's ``widest`` widest line crops (by aspect),
-    read as they are and turned by 180°; (0, 0) for a page without lines."""
+    read as they are and turned by 180°, and their text as they are; (0, 0, "") for a page
+    without lines."""
     if not lines:
-        return 0.0, 0.0
+        return BothWays(0.0, 0.0, "")
     chosen = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:widest]
     turned = [np.ascontiguousarray(c[::-1, ::-1]) for c in chosen]
     scores = read(chosen + turned)
     n = len(chosen)
     upright = float(np.mean([conf for _, conf in scores[:n]]))
     flipped = float(np.mean([conf for _, conf in scores[n:]]))
-    return upright, flipped
+    return BothWays(upright, flipped, "\n".join(text for text, _ in scores[:n]))
 
 
 def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ocrstream.processors.ocr.orientation import read_both_ways
+from ocrstream.processors.ocr.orientation import read_both_ways, written_in_cjk
 
 
 def _box(x: float, y: float, w: float, h: float) -> np.ndarray:
@@ -22,6 +22,16 @@ def test_read_both_ways_reads_the_widest_lines_as_they_are_and_turned():
         # "confident" when the line's left half is white
         return [("x", 0.9 if line[:, : line.shape[1] // 2].mean() > 128 else 0.3) for line in lines]
 
-    assert read_both_ways(read, [narrow, wide], widest=1) == (0.9, 0.3)
+    assert read_both_ways(read, [narrow, wide], widest=1) == (0.9, 0.3, "x")
     assert [line.shape[1] for line in seen] == [400, 400]
-    assert read_both_ways(read, []) == (0.0, 0.0)
+    assert read_both_ways(read, []) == (0.0, 0.0, "")
+
+
+def test_chinese_japanese_and_korean_are_told_from_other_scripts():
+    assert written_in_cjk("春眠不觉晓，处处闻啼鸟")
+    assert written_in_cjk("吾輩は猫である。名前はまだ無い")
+    assert written_in_cjk("동해 물과 백두산이")
+    assert written_in_cjk("总计 TOTAL 12.00 元人民币")  # most letters Chinese
+    assert not written_in_cjk("Total due 12.00")
+    assert not written_in_cjk("TOTAL 12.00 元")  # most letters Latin
+    assert not written_in_cjk("12.00 -- 3")  # no letters
