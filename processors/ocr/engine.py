@@ -570,7 +570,8 @@ class OcrEngine:
                 continue
             assert page.image is not None
             start = time.perf_counter()
-            both = read_both_ways(self._read_lines, page.crops or self._crops(page))
+            crops = page.crops or self._crops(page)
+            both = read_both_ways(self._read_lines, crops, enough=UPRIGHT_CONFIDENCE)
             if both.flipped > both.upright:
                 turns = 1
             elif not written_in_cjk(both.text):

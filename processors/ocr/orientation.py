@@ -32,6 +32,10 @@ ORIENTATION_LABELS = (0, 90, 180, 270)
 # A page whose lines read with a mean confidence under this is read turned by 180° too
 # (engine._find_half_turns); upright pages of every dev set read above it
 UPRIGHT_CONFIDENCE = 0.8
+# Lines are judged on their first this many heights (16 characters of Chinese, 30 or so of
+# Latin): enough to tell which way they read, at a half to a third of the cost of whole lines
+# on a turned A4 page (docs/benchmarks.md, session 37).
+LOOK_HEIGHTS = 16
 
 
 def orientation_input(
@@ -116,19 +120,24 @@ def read_both_ways(
     read: Callable[[list[ImageBGR]], list[tuple[str, float]]],
     lines: Sequence[ImageBGR],
     widest: int = 8,
+    enough: float | None = None,
 ) -> BothWays:
     """The mean recognition confidence of a page's ``widest`` widest line crops (by aspect),
-    read as they are and turned by 180°, and their text as they are; (0, 0, "") for a page
-    without lines."""
+    each up to its first :data:`LOOK_HEIGHTS` heights, read as they are and turned by 180°,
+    and their text as they are; (0, 0, "") for a page without lines. With ``enough``, lines
+    that read with at least that mean confidence as they are are not read turned
+    (``flipped`` 0)."""
     if not lines:
         return BothWays(0.0, 0.0, "")
     chosen = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:widest]
-    turned = [np.ascontiguousarray(c[::-1, ::-1]) for c in chosen]
-    scores = read(chosen + turned)
-    n = len(chosen)
-    upright = float(np.mean([conf for _, conf in scores[:n]]))
-    flipped = float(np.mean([conf for _, conf in scores[n:]]))
-    return BothWays(upright, flipped, "\n".join(text for text, _ in scores[:n]))
+    chosen = [c[:, : LOOK_HEIGHTS * c.shape[0]] for c in chosen]
+    scores = read(chosen)
+    upright = float(np.mean([conf for _, conf in scores]))
+    text = "\n".join(text for text, _ in scores)
+    if enough is not None and upright >= enough:
+        return BothWays(upright, 0.0, text)
+    turned = read([np.ascontiguousarray(c[::-1, ::-1]) for c in chosen])
+    return BothWays(upright, float(np.mean([conf for _, conf in turned])), text)
 
 
 def estimate_skew(image: ImageBGR, max_angle: float = 10.0, work_side: int = 1000) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ocrstream.processors.ocr.orientation import read_both_ways, written_in_cjk
+from ocrstream.processors.ocr.orientation import LOOK_HEIGHTS, read_both_ways, written_in_cjk
 
 
 def _box(x: float, y: float, w: float, h: float) -> np.ndarray:
@@ -25,6 +25,21 @@ def test_read_both_ways_reads_the_widest_lines_as_they_are_and_turned():
     assert read_both_ways(read, [narrow, wide], widest=1) == (0.9, 0.3, "x")
     assert [line.shape[1] for line in seen] == [400, 400]
     assert read_both_ways(read, []) == (0.0, 0.0, "")
+
+
+def test_lines_that_read_well_as_they_are_are_not_read_turned_and_long_ones_in_part():
+    seen: list[np.ndarray] = []
+
+    def read(lines: list[np.ndarray]) -> list[tuple[str, float]]:
+        seen.extend(lines)
+        return [("x", 0.9 if line[0, 0, 0] == 0 else 0.3) for line in lines]
+
+    long = np.zeros((48, 48 * (LOOK_HEIGHTS + 10), 3), np.uint8)
+    long[:, -1] = 255  # the last column: white only at the far end, turned at the start
+    assert read_both_ways(read, [long], enough=0.8) == (0.9, 0.0, "x")
+    assert [line.shape for line in seen] == [(48, 48 * LOOK_HEIGHTS, 3)]  # its start, once
+    assert read_both_ways(read, [long], enough=0.95) == (0.9, 0.9, "x")  # cut before turning
+    assert len(seen) == 3
 
 
 def test_chinese_japanese_and_korean_are_told_from_other_scripts():
