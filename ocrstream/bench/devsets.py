@@ -216,24 +216,32 @@ _STYLES = {
 }
 
 
+def _blank_page(devset: str, seed: int) -> tuple[random.Random, Any, Any, float, Any, Any, int]:
+    """A white A4 page for ``seed``: its random source, the page and a pen on it, the text
+    size in px, the body and title fonts, and the margin (0.7-1 inch)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    faces = fonts_for(devset)
+    rng = random.Random(f"{devset}:{seed}")
+    face = faces[seed % len(faces)]
+    size_px = rng.choice(_STYLES[devset].sizes_pt) * DPI / 72.0
+    font = ImageFont.truetype(face.path, round(size_px), index=face.index)
+    title_font = ImageFont.truetype(face.path, round(size_px * 1.3), index=face.index)
+    page = Image.new("L", A4_PX, 255)
+    margin = round(rng.uniform(0.7, 1.0) * DPI)
+    return rng, page, ImageDraw.Draw(page), size_px, font, title_font, margin
+
+
 def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
     """One page of ``devset`` as JPEG bytes, and its lines (boxes in image pixels)."""
     import numpy as np
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image
 
     if devset == "a4-zh-vertical":
         return _render_vertical(devset, seed)
     style = _STYLES[devset]
-    faces = fonts_for(devset)
-    rng = random.Random(f"{devset}:{seed}")
-    face = faces[seed % len(faces)]
-    size_px = rng.choice(style.sizes_pt) * DPI / 72.0
-    font = ImageFont.truetype(face.path, round(size_px), index=face.index)
-    title_font = ImageFont.truetype(face.path, round(size_px * 1.3), index=face.index)
+    rng, page, draw, size_px, font, title_font, margin = _blank_page(devset, seed)
     width, height = A4_PX
-    page = Image.new("L", (width, height), 255)
-    draw = ImageDraw.Draw(page)
-    margin = round(rng.uniform(0.7, 1.0) * DPI)  # 0.7-1 inch
     left, right, bottom = margin, width - margin, height - margin
     leading = size_px * rng.uniform(*style.leading)
     sentence = (lambda: _zh_sentence(rng)) if style.zh else (lambda: _en_sentence(rng))
@@ -269,19 +277,11 @@ def _render_vertical(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...
     """A page of Chinese in vertical columns: a title column on the right, then columns of
     prose leftwards, each as long as the text that fills it, some followed by a blank one."""
     import numpy as np
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image
 
     style = _STYLES[devset]
-    faces = fonts_for(devset)
-    rng = random.Random(f"{devset}:{seed}")
-    face = faces[seed % len(faces)]
-    size_px = rng.choice(style.sizes_pt) * DPI / 72.0
-    font = ImageFont.truetype(face.path, round(size_px), index=face.index)
-    title_font = ImageFont.truetype(face.path, round(size_px * 1.3), index=face.index)
+    rng, page, draw, size_px, font, title_font, margin = _blank_page(devset, seed)
     width, height = A4_PX
-    page = Image.new("L", (width, height), 255)
-    draw = ImageDraw.Draw(page)
-    margin = round(rng.uniform(0.7, 1.0) * DPI)
     top, bottom = margin, height - margin
     pitch = size_px * rng.uniform(*style.leading)  # column to column
     ttb: dict[str, Any] = {"direction": "ttb", "features": ["vert"], "anchor": "mt"}
