@@ -64,18 +64,14 @@ def runs_down(quads: Sequence[Quad], min_lines: int = 2) -> bool:
     characters, at least ``min_lines`` of them) outweigh those that lie, each by its length.
     A digit or a letter stands on an upright page too, but not three times as tall as wide,
     and it weighs little beside the lines around it."""
-    standing = lying = 0.0
-    count = 0
-    for quad in quads:
-        q = np.asarray(quad, np.float64).reshape(4, 2)
-        across = float(np.hypot(*(q[1] - q[0])))
-        down = float(np.hypot(*(q[3] - q[0])))
-        if down > 3 * across:
-            standing += down
-            count += 1
-        elif across > 3 * down:
-            lying += across
-    return count >= min_lines and standing > lying
+    if len(quads) < min_lines:
+        return False
+    q = np.asarray(quads, np.float64).reshape(-1, 4, 2)  # every page's boxes: one pass
+    across = np.hypot(*(q[:, 1] - q[:, 0]).T)
+    down = np.hypot(*(q[:, 3] - q[:, 0]).T)
+    stands = down > 3 * across
+    lies = ~stands & (across > 3 * down)
+    return int(stands.sum()) >= min_lines and float(down[stands].sum()) > float(across[lies].sum())
 
 
 def _median_angle(pts: npt.NDArray[np.float64]) -> float:
