@@ -114,13 +114,8 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     q = np.asarray(quads, dtype=np.float32).reshape(-1, 4, 2)
     x0, y0 = q[:, :, 0].min(axis=1), q[:, :, 1].min(axis=1)
     x1, y1 = q[:, :, 0].max(axis=1), q[:, :, 1].max(axis=1)
-    tall, cy = y1 - y0, (y0 + y1) / 2
-    shares_x = (np.minimum(x1[:, None], x1[None, :]) - np.maximum(x0[:, None], x0[None, :])) > 0
-    np.fill_diagonal(shares_x, False)
-    above = shares_x & (cy[None, :] < cy[:, None])  # [i, j]: j is above i
-    below = shares_x & (cy[None, :] > cy[:, None])
-    room_up = y0 - np.where(above, y1[None, :], -np.inf).max(axis=1)
-    room_down = np.where(below, y0[None, :], np.inf).min(axis=1) - y1
+    tall = y1 - y0
+    room_up, room_down = _room(y0, y1, x0, x1)
     up = np.where(room_up > -NEIGHBOUR_OVERLAP * tall, margin, 0.0).astype(np.float32)
     down = np.where(room_down > -NEIGHBOUR_OVERLAP * tall, margin, 0.0).astype(np.float32)
     # all quads at once, in float32 as a quad at a time would be (numpy's per-call overhead
@@ -153,6 +148,28 @@ def grow_for_rec(quads: Sequence[Quad], margin: float, width: int, height: int) 
     return RecQuads(out, [float(h[k] if keep[k] else whole_h[k]) for k in range(len(q))])
 
 
+def _room(
+    lo: npt.NDArray[np.float32],
+    hi: npt.NDArray[np.float32],
+    side_lo: npt.NDArray[np.float32],
+    side_hi: npt.NDArray[np.float32],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Each box's room before and after it along one axis (boxes from ``lo`` to ``hi``): the
+    gap to the nearest box on that side among those sharing some of its range on the other
+    axis (``side_lo`` to ``side_hi``), negative where they overlap, infinite where none is."""
+    shares = (
+        np.minimum(side_hi[:, None], side_hi[None, :])
+        - np.maximum(side_lo[:, None], side_lo[None, :])
+    ) > 0
+    np.fill_diagonal(shares, False)
+    centre = (lo + hi) / 2
+    before = shares & (centre[None, :] < centre[:, None])  # [i, j]: j comes before i
+    after = shares & (centre[None, :] > centre[:, None])
+    room_before = lo - np.where(before, hi[None, :], -np.inf).max(axis=1)
+    room_after = np.where(after, lo[None, :], np.inf).min(axis=1) - hi
+    return room_before, room_after
+
+
 def _widen_standing(
     q: npt.NDArray[np.float32],
     w: npt.NDArray[np.float32],
@@ -167,13 +184,7 @@ def _widen_standing(
     beside it (one sharing some of its y-range) already overlaps it by more than
     :data:`NEIGHBOUR_OVERLAP` of its width."""
     x0, y0, x1, y1 = bounds
-    shares_y = (np.minimum(y1[:, None], y1[None, :]) - np.maximum(y0[:, None], y0[None, :])) > 0
-    np.fill_diagonal(shares_y, False)
-    cx = (x0 + x1) / 2
-    left = shares_y & (cx[None, :] < cx[:, None])  # [i, j]: j is left of i
-    right = shares_y & (cx[None, :] > cx[:, None])
-    room_left = x0 - np.where(left, x1[None, :], -np.inf).max(axis=1)
-    room_right = np.where(right, x0[None, :], np.inf).min(axis=1) - x1
+    room_left, room_right = _room(x0, x1, y0, y1)
     grow = (margin * w).astype(np.float32)
     to_left = np.where(room_left > -NEIGHBOUR_OVERLAP * w, grow, 0)[:, None]
     to_right = np.where(room_right > -NEIGHBOUR_OVERLAP * w, grow, 0)[:, None]
