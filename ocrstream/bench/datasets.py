@@ -11,6 +11,9 @@
 - **1-bit copies** (:func:`bilevel`): any set's pages as a bilevel scan gives them (a fax, a
   Group 4 TIFF, a JBIG2 PDF, which archives hold by the million): Otsu's threshold on each
   page's gray levels, stored as a 1-bit PNG, the ground truth unchanged.
+- **Rescanned copies** (:func:`rescaled`): any set's pages as a scan at another resolution
+  (the 300-DPI dev sets at 200 or 150 DPI, as many archives were scanned), area-averaged,
+  stored as PNG, the ground truth scaled with them.
 
 Samples carry file paths, not pixels: decoding is a timed stage of the benchmark.
 """
@@ -219,6 +222,42 @@ def bilevel(samples: Sequence[Sample], out_dir: Path) -> list[Sample]:
         path = out_dir / f"{i:05d}-{s.path.stem}.png"
         path.write_bytes(encode_bilevel_png(np.asarray(split, np.uint8)))
         out.append(Sample(name=s.name, path=path, gt=s.gt))
+    return out
+
+
+def rescaled(samples: Sequence[Sample], factor: float, out_dir: Path) -> list[Sample]:
+    """``samples`` as if scanned at ``factor`` × their resolution (0.5: a 300-DPI page as a
+    150-DPI scan), written to ``out_dir`` as PNGs: each page resized by area averaging (a
+    scanner's sensor averages the paper under each pixel) or, above 1, bicubic, and its
+    ground-truth polygons scaled with it. Names are the originals'."""
+    import cv2
+    import numpy as np
+
+    if not 0 < factor <= 4:
+        raise ValueError(f"a scale factor is over 0 and at most 4, not {factor}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, s in enumerate(samples):
+        image = cv2.imdecode(np.fromfile(s.path, np.uint8), cv2.IMREAD_UNCHANGED)
+        if image is None:
+            raise ValueError(f"{s.path}: not an image OpenCV can decode")
+        h, w = image.shape[:2]
+        size = (max(1, round(w * factor)), max(1, round(h * factor)))
+        how = cv2.INTER_AREA if factor < 1 else cv2.INTER_CUBIC
+        scaled = cv2.resize(image, size, interpolation=how)
+        fx, fy = size[0] / w, size[1] / h
+        gt = None
+        if s.gt is not None:
+            gt = tuple(
+                TextLine(line.text, tuple((x * fx, y * fy) for x, y in line.polygon))
+                for line in s.gt
+            )
+        path = out_dir / f"{i:05d}-{s.path.stem}.png"
+        ok, data = cv2.imencode(".png", scaled)
+        if not ok:
+            raise ValueError(f"{s.path}: could not be written as PNG once scaled")
+        path.write_bytes(data.tobytes())
+        out.append(Sample(name=s.name, path=path, gt=gt))
     return out
 
 

@@ -141,6 +141,15 @@ def bench() -> None:
     "the pages (Otsu's threshold, 1-bit PNG, written under --workdir): '<set> 1-bit'.",
 )
 @click.option(
+    "--scaled",
+    "scales",
+    type=click.FloatRange(min=0.05, max=4.0),
+    multiple=True,
+    help="Also read every set scanned at F times its resolution (repeatable; 0.667 of a "
+    "300-DPI dev set is 200 DPI, 0.5 is 150): area-averaged, PNG under --workdir, the ground "
+    "truth scaled: '<set> scaled F'. With --bilevel, the copies get 1-bit copies too.",
+)
+@click.option(
     "--whole-process",
     is_flag=True,
     help="Also time the commands a user would run, start-up included (ocrstream ocr, the "
@@ -205,6 +214,7 @@ def engine(
     rec_batch: int | None,
     workdir: Path | None,
     bilevel: bool,
+    scales: tuple[float, ...],
     whole_process: bool,
     whole_pages: str,
     repeats: int,
@@ -250,7 +260,7 @@ def engine(
     for root in datasets:
         sets[root.name] = ds.subset(ds.load_dataset(root), limit)
     tmp = None
-    if workdir is None and (synthetic_a4 > 0 or bilevel):
+    if workdir is None and (synthetic_a4 > 0 or bilevel or scales):
         tmp = tempfile.TemporaryDirectory(prefix="ocrstream-bench-")
         workdir = Path(tmp.name)
     if synthetic_a4 > 0:
@@ -264,6 +274,16 @@ def engine(
             sets.update(all_devsets(devsets, devset_pages, split))
         except MissingRequirement as e:
             raise click.UsageError(str(e)) from e
+    if scales:
+        assert workdir is not None
+        click.echo(f"writing rescanned copies of {len(sets)} set(s) into {workdir}", err=True)
+        with_scaled: dict[str, list[ds.Sample]] = {}
+        for i, (name, samples) in enumerate(sets.items()):
+            with_scaled[name] = samples
+            for factor in dict.fromkeys(scales):
+                folder = workdir / f"scaled-{factor:g}-{i}"
+                with_scaled[f"{name} scaled {factor:g}"] = ds.rescaled(samples, factor, folder)
+        sets = with_scaled
     if bilevel:
         assert workdir is not None
         click.echo(f"writing 1-bit copies of {len(sets)} set(s) into {workdir}", err=True)

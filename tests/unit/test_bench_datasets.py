@@ -1,5 +1,5 @@
-"""Benchmark inputs: the SROIE box format, image folders, synthetic A4 pages and their 1-bit
-copies."""
+"""Benchmark inputs: the SROIE box format, image folders, synthetic A4 pages, their 1-bit
+copies and copies at another resolution."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 from PIL import Image
 
 from ocrstream.bench.datasets import (
@@ -14,6 +15,7 @@ from ocrstream.bench.datasets import (
     load_dataset,
     parse_box_line,
     render_a4_page,
+    rescaled,
     subset,
     synthetic_a4,
 )
@@ -94,3 +96,36 @@ def test_a_1_bit_copy_keeps_the_ink_and_the_ground_truth(tmp_path: Path) -> None
     # the ink is where the original's was, and the paper is white
     assert (ink & was_ink).sum() / was_ink.sum() > 0.9
     assert ink.mean() < 2 * was_ink.mean()
+
+
+def test_a_rescanned_copy_has_its_ink_inside_the_scaled_ground_truth(tmp_path: Path) -> None:
+    """A 300-DPI page as a 150-DPI scan: half the pixels each way, and each ground-truth box
+    still around the ink of its line."""
+    data, lines = render_a4_page(4)
+    (tmp_path / "img").mkdir()
+    (tmp_path / "box").mkdir()
+    (tmp_path / "img" / "p.jpg").write_bytes(data)
+    rows = [",".join(f"{v:.1f}" for pt in ln.polygon for v in pt) + f",{ln.text}" for ln in lines]
+    (tmp_path / "box" / "p.csv").write_text("\n".join(rows), encoding="utf-8")
+    [sample] = load_dataset(tmp_path)
+
+    [copy] = rescaled([sample], 0.5, tmp_path / "150")
+
+    assert copy.name == sample.name
+    assert sample.gt is not None
+    assert copy.gt is not None
+    assert [ln.text for ln in copy.gt] == [ln.text for ln in sample.gt]
+    image = np.asarray(cv2.imread(str(copy.path), cv2.IMREAD_GRAYSCALE))
+    assert image.shape == (1754, 1240)
+    ink = image < 128
+    inside = np.zeros_like(ink)
+    for ln in copy.gt:
+        (x0, y0), _, (x1, y1), _ = ln.polygon
+        inside[int(y0) : int(y1) + 2, int(x0) : int(x1) + 2] = True
+    assert ink.sum() > 1000
+    assert (ink & inside).sum() / ink.sum() > 0.97
+    (x0, y0), *_ = sample.gt[0].polygon
+    (cx0, cy0), *_ = copy.gt[0].polygon
+    assert (cx0, cy0) == pytest.approx((x0 / 2, y0 / 2), abs=0.1)  # sides rounded to pixels
+    with pytest.raises(ValueError, match="over 0"):
+        rescaled([sample], 0, tmp_path / "none")

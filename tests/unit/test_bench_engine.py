@@ -255,6 +255,45 @@ def test_bilevel_reads_a_1_bit_copy_of_each_set_after_it(
     assert read == [("a", "L"), ("1-bit-0", "1"), ("b", "L"), ("1-bit-1", "1")]
 
 
+def test_scaled_reads_each_set_rescanned_after_it_and_bilevel_copies_those_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ocrstream.bench.engine as be
+    from ocrstream.cli import main
+
+    (tmp_path / "a").mkdir()
+    cv2.imwrite(str(tmp_path / "a" / "p.png"), np.full((20, 40), 200, np.uint8))
+    read: list[tuple[str, tuple[int, int], str]] = []
+
+    def fake_run(engine: str, cfg: BenchConfig, samples: list, processes: int) -> object:
+        with Image.open(samples[0].path) as im:
+            read.append((samples[0].path.parent.name, im.size, im.mode))
+        return EngineRun(engine=engine, setup="x", pages=1, wall_s=1.0), {}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        main,
+        ["bench", "engine", "--dataset", str(tmp_path / "a"), "--scaled", "0.5", "--bilevel",
+         "--workdir", str(tmp_path / "work"), "--engines", "ocrstream", "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(out.read_text())["datasets"]) == [
+        "a", "a 1-bit", "a scaled 0.5", "a scaled 0.5 1-bit"
+    ]  # fmt: skip
+    assert read == [
+        ("a", (40, 20), "L"),
+        ("1-bit-0", (40, 20), "1"),
+        ("scaled-0.5-0", (20, 10), "L"),
+        ("1-bit-1", (20, 10), "1"),
+    ]
+    refused = CliRunner().invoke(main, ["bench", "engine", "--dataset", str(tmp_path / "a"),
+                                        "--scaled", "0"])  # fmt: skip
+    assert refused.exit_code != 0
+    assert "--scaled" in refused.output
+
+
 def test_bench_group_lists_engine_and_the_pipeline_slot() -> None:
     from ocrstream.cli import main
 
