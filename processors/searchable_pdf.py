@@ -401,20 +401,6 @@ def images_from_pages(pages: Iterable[PageWithImage]) -> ImageSource:
     return get
 
 
-def _upright_to_source(result: PageOCR) -> tuple[pymupdf.Matrix, int, int]:
-    """The matrix from ``result``'s pixels (the page turned upright by the engine: ``rotation``
-    degrees clockwise) back to the pixels of the image it was given, and that image's size."""
-    w, h = result.width, result.height
-    turn = round(result.rotation / 90) % 4
-    if turn == 1:
-        return pymupdf.Matrix(0, -1, 1, 0, 0, w), h, w
-    if turn == 2:
-        return pymupdf.Matrix(-1, 0, 0, -1, w, h), w, h
-    if turn == 3:
-        return pymupdf.Matrix(0, 1, -1, 0, h, 0), h, w
-    return pymupdf.Matrix(1, 0, 0, 1, 0, 0), w, h
-
-
 class UnfitSourceError(ValueError):
     """The source PDF has a page MuPDF cannot load (a broken page tree): grafting would keep
     it broken, so the searchable PDF is built from the page images instead."""
@@ -479,7 +465,8 @@ def graft_text_layer(
                 log.warning("page %d: no text layer (the page cannot be read)", page_no,
                             exc_info=True)  # fmt: skip
                 continue
-            to_source, source_w, source_h = _upright_to_source(result)
+            affine, source_w, source_h = result.to_source()
+            to_source = pymupdf.Matrix(*affine)
             # the worker's image was split at this DPI too; if not, stretch it over the page
             fit = pymupdf.Matrix(width / source_w, 0, 0, height / source_h, 0, 0)
             # the layer is drawn unrotated: show_pdf_page places it on the page unturned

@@ -207,30 +207,16 @@ def _ocrstream_runner(cfg: BenchConfig) -> Any:
 def _page_lines(page: Any) -> tuple[list[TextLine], dict[str, float]]:
     """A page's lines with their polygons in the pixels of the image the engine was given,
     as the ground truth's are: a page the engine turned upright has its lines' polygons in
-    the turned page's pixels (``rotation`` degrees clockwise, ``width`` × ``height``)."""
+    the turned page's pixels (:meth:`~ocrstream.processors.ocr.types.PageOCR.to_source`)."""
+    (a, b, c, d, e, f), _, _ = page.to_source()
     lines = [
         TextLine(
             text=ln.text,
-            polygon=tuple(
-                _to_source(x, y, page.rotation, page.width, page.height) for x, y in ln.polygon
-            ),
+            polygon=tuple((a * x + c * y + e, b * x + d * y + f) for x, y in ln.polygon),
         )
         for ln in page.lines
     ]
     return lines, dict(page.timings_ms)
-
-
-def _to_source(x: float, y: float, rotation: int, width: int, height: int) -> tuple[float, float]:
-    """A point of a page turned ``rotation`` degrees clockwise (``width`` × ``height`` after
-    the turn) in the pixels of the page as it was before the turn."""
-    turn = round(rotation / 90) % 4
-    if turn == 1:
-        return y, width - x
-    if turn == 2:
-        return width - x, height - y
-    if turn == 3:
-        return height - y, x
-    return x, y
 
 
 def _rapidocr_runner(cfg: BenchConfig) -> Any:

@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     from ocrstream.processors.regions import Field, Region
 
 Point = tuple[float, float]
+# an affine map of the plane, (a, b, c, d, e, f): x' = a x + c y + e, y' = b x + d y + f
+Affine = tuple[float, float, float, float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,21 @@ class PageOCR:
     @property
     def text(self) -> str:
         return "\n".join(line.text for line in self.lines)
+
+    def to_source(self) -> tuple[Affine, int, int]:
+        """The map from this page's pixels (turned upright by the engine: ``rotation`` degrees
+        clockwise) back to the pixels of the image it was given, and that image's width and
+        height. The map is ``(a, b, c, d, e, f)``: ``x' = a x + c y + e``, ``y' = b x + d y +
+        f``, PDF's and PyMuPDF's ``Matrix`` order."""
+        w, h = self.width, self.height
+        turn = round(self.rotation / 90) % 4
+        if turn == 1:
+            return (0, -1, 1, 0, 0, w), h, w
+        if turn == 2:
+            return (-1, 0, 0, -1, w, h), w, h
+        if turn == 3:
+            return (0, 1, -1, 0, h, 0), h, w
+        return (1, 0, 0, 1, 0, 0), w, h
 
     def to_dict(self, page_no: int) -> dict[str, Any]:
         out: dict[str, Any] = {

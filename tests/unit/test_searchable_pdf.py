@@ -129,6 +129,22 @@ def test_rotated_recognition_turns_the_image_and_places_the_text() -> None:
         assert word2[3] <= 181
 
 
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+def test_a_turned_pages_pixels_map_back_to_the_image_it_was_given(turns: int) -> None:
+    """PageOCR.to_source, which the text layer and the bench both use: a pixel of the page as
+    the engine turned it (``turns`` quarter turns clockwise) lands on the same pixel of the
+    image it was given, whose size it also gives."""
+    given = np.zeros((7, 11), np.uint8)
+    given[2, 5] = 255
+    turned = np.rot90(given, -turns)
+    (yt,), (xt,) = np.nonzero(turned)
+    page = PageOCR(width=turned.shape[1], height=turned.shape[0], lines=(), rotation=90 * turns)
+    (a, b, c, d, e, f), width, height = page.to_source()
+    x, y = xt + 0.5, yt + 0.5
+    assert (a * x + c * y + e, b * x + d * y + f) == (5.5, 2.5)
+    assert (width, height) == (11, 7)
+
+
 def test_slanted_and_cjk_lines() -> None:
     angle = math.radians(10)
     c, s = math.cos(angle), math.sin(angle)
