@@ -60,8 +60,9 @@ def reading_order(quads: Sequence[Quad]) -> list[int]:
 
 def runs_down(quads: Sequence[Quad], min_lines: int = 2) -> bool:
     """Whether the text det found runs down the page rather than across it (a page scanned a
-    quarter turn): the boxes that stand (three times as tall as wide: a line of a few
-    characters, at least ``min_lines`` of them) outweigh those that lie, each by its length.
+    quarter turn, or written in vertical columns, as Chinese, Japanese and Korean can be):
+    the boxes that stand (three times as tall as wide: a line of a few characters, at least
+    ``min_lines`` of them) outweigh those that lie, each by its length.
     A digit or a letter stands on an upright page too, but not three times as tall as wide,
     and it weighs little beside the lines around it."""
     if len(quads) < min_lines:
