@@ -314,8 +314,9 @@ class OcrEngine:
             # crops grown at most up to the neighbour's box, as wide as the whole margin
             # makes them (geometry.grow_for_rec)
             "rec_crop_cut": "neighbour",
-            # vertical lines' crops grown across by the same margin (geometry._widen_standing)
-            "rec_crop_standing": "across",
+            # vertical lines' crops grown across by the same margin (geometry._widen_standing),
+            # their room to the next column measured in the page's own frame (a skewed scan)
+            "rec_crop_standing": "across_square",
         }  # fmt: skip
         if self.det_params.line_height > 0 or self.det_params.max_line_height > 0:
             # the text-size estimate's blobs from outlines, 8-connected (was labelled,

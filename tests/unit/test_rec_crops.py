@@ -212,3 +212,28 @@ def test_a_crop_cut_at_its_neighbour_keeps_the_width_of_the_whole_margin():
         rec_mod.crop_line(page, vertical, params, height=500.0),
         rec_mod.crop_line(page, vertical, params),
     )
+
+
+@pytest.mark.parametrize("degrees", [0.6, -0.6, 1.5])
+def test_columns_scanned_a_little_askew_get_the_crops_they_would_get_straight(degrees: float):
+    """A page turned a little on the scanner keeps the room between its columns: measured on
+    the page's axes, two 2,700-px columns 25 px apart slanted by 0.6° overlap by 3 px, and
+    by 46 px (over NEIGHBOUR_OVERLAP of their width) at 1.5°, where their crops did not grow
+    towards each other. The crops are the straight page's, turned with it."""
+    columns = [box(3000, 300, 3060, 3000), box(2915, 300, 2975, 3000), box(2200, 300, 2260, 1000)]
+    angle = math.radians(degrees)
+    turn = np.array(
+        [[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]], np.float32
+    )
+
+    def turned(q: np.ndarray) -> np.ndarray:
+        return ((q - 2000) @ turn.T + 2000).astype(np.float32)
+
+    want, want_heights = grow_for_rec(columns, 0.1, 5000, 5000)
+    got, heights = grow_for_rec([turned(q) for q in columns], 0.1, 5000, 5000)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, turned(w), atol=0.05)
+    assert heights == pytest.approx(want_heights, abs=0.05)
+    # straight, each column grows by 6 px on both sides, towards the other one too
+    np.testing.assert_allclose(want[0], box(2994, 300, 3066, 3000), atol=1e-4)
+    np.testing.assert_allclose(want[1], box(2909, 300, 2981, 3000), atol=1e-4)
