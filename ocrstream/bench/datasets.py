@@ -24,6 +24,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ocrstream.bench.cer import TextLine
 
@@ -215,14 +216,23 @@ def bilevel(samples: Sequence[Sample], out_dir: Path) -> list[Sample]:
     out_dir.mkdir(parents=True, exist_ok=True)
     out = []
     for i, s in enumerate(samples):
-        gray = cv2.imdecode(np.fromfile(s.path, np.uint8), cv2.IMREAD_GRAYSCALE)
-        if gray is None:
-            raise ValueError(f"{s.path}: not an image OpenCV can decode")
+        gray = _decoded(s.path, cv2.IMREAD_GRAYSCALE)
         _, split = cv2.threshold(gray, 0, 255, cv2.THRESH_BINARY + cv2.THRESH_OTSU)
         path = out_dir / f"{i:05d}-{s.path.stem}.png"
         path.write_bytes(encode_bilevel_png(np.asarray(split, np.uint8)))
         out.append(Sample(name=s.name, path=path, gt=s.gt))
     return out
+
+
+def _decoded(path: Path, flags: int) -> Any:
+    """The image at ``path`` as OpenCV decodes it with ``flags``; ValueError if it cannot."""
+    import cv2
+    import numpy as np
+
+    image = cv2.imdecode(np.fromfile(path, np.uint8), flags)
+    if image is None:
+        raise ValueError(f"{path}: not an image OpenCV can decode")
+    return image
 
 
 def rescaled(samples: Sequence[Sample], factor: float, out_dir: Path) -> list[Sample]:
@@ -231,16 +241,13 @@ def rescaled(samples: Sequence[Sample], factor: float, out_dir: Path) -> list[Sa
     scanner's sensor averages the paper under each pixel) or, above 1, bicubic, and its
     ground-truth polygons scaled with it. Names are the originals'."""
     import cv2
-    import numpy as np
 
     if not 0 < factor <= 4:
         raise ValueError(f"a scale factor is over 0 and at most 4, not {factor}")
     out_dir.mkdir(parents=True, exist_ok=True)
     out = []
     for i, s in enumerate(samples):
-        image = cv2.imdecode(np.fromfile(s.path, np.uint8), cv2.IMREAD_UNCHANGED)
-        if image is None:
-            raise ValueError(f"{s.path}: not an image OpenCV can decode")
+        image = _decoded(s.path, cv2.IMREAD_UNCHANGED)
         h, w = image.shape[:2]
         size = (max(1, round(w * factor)), max(1, round(h * factor)))
         how = cv2.INTER_AREA if factor < 1 else cv2.INTER_CUBIC

@@ -6,16 +6,21 @@ modules in ``ocrstream.bench``, each imported only when it is run.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shlex
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import click
 
 from ocrstream.settings import OcrBackend, OcrSettings
+
+if TYPE_CHECKING:
+    from ocrstream.bench.datasets import Sample
 
 
 class _BenchGroup(click.Group):
@@ -277,21 +282,12 @@ def engine(
     if scales:
         assert workdir is not None
         click.echo(f"writing rescanned copies of {len(sets)} set(s) into {workdir}", err=True)
-        with_scaled: dict[str, list[ds.Sample]] = {}
-        for i, (name, samples) in enumerate(sets.items()):
-            with_scaled[name] = samples
-            for factor in dict.fromkeys(scales):
-                folder = workdir / f"scaled-{factor:g}-{i}"
-                with_scaled[f"{name} scaled {factor:g}"] = ds.rescaled(samples, factor, folder)
-        sets = with_scaled
+        copies = [(f"scaled {f:g}", functools.partial(ds.rescaled, factor=f)) for f in scales]
+        sets = _with_copies(sets, workdir, dict(copies))
     if bilevel:
         assert workdir is not None
         click.echo(f"writing 1-bit copies of {len(sets)} set(s) into {workdir}", err=True)
-        with_copies: dict[str, list[ds.Sample]] = {}
-        for i, (name, samples) in enumerate(sets.items()):
-            with_copies[name] = samples
-            with_copies[f"{name} 1-bit"] = ds.bilevel(samples, workdir / f"1-bit-{i}")
-        sets = with_copies
+        sets = _with_copies(sets, workdir, {"1-bit": ds.bilevel})
     command = _command_line(click.get_current_context())
 
     def partial(report: dict[str, Any]) -> None:
@@ -422,6 +418,21 @@ def _whole(
     runs = whole.whole_process(pages, cfg, engines, counts, repeats)
     worker = whole.worker_first_result(pages[0], cfg, repeats) if "ocrstream" in engines else None
     return {**whole.to_json(runs, worker), "table": whole.format_whole(runs, worker)}
+
+
+def _with_copies(
+    sets: dict[str, list[Sample]], workdir: Path, copies: dict[str, Callable[..., list[Sample]]]
+) -> dict[str, list[Sample]]:
+    """``sets``, each followed by its copies: ``'<set> <suffix>'`` made by ``make(samples,
+    out_dir=...)`` for each suffix and make of ``copies``, each in a folder of its own under
+    ``workdir``."""
+    out: dict[str, list[Sample]] = {}
+    for i, (name, samples) in enumerate(sets.items()):
+        out[name] = samples
+        for suffix, make in copies.items():
+            folder = workdir / f"{suffix.replace(' ', '-')}-{i}"
+            out[f"{name} {suffix}"] = make(samples, out_dir=folder)
+    return out
 
 
 def _command_line(ctx: click.Context) -> str:
