@@ -571,8 +571,9 @@ class OcrEngine:
                 continue
             assert page.image is not None
             start = time.perf_counter()
-            crops = page.crops or self._crops(page)
-            both = read_both_ways(self._read_lines, crops, enough=UPRIGHT_CONFIDENCE)
+            if page.crops is None:  # cut once: a page kept as it is reads these crops
+                page.crops = self._crops(page)
+            both = read_both_ways(self._read_lines, page.crops, enough=UPRIGHT_CONFIDENCE)
             if both.flipped > both.upright:
                 turns = 1
             elif not written_in_cjk(both.text):
