@@ -71,6 +71,9 @@ class KafkaSettings(BaseSettings):
     # while its log goes further is fetched again from its position (ocrstream.streams.
     # fetch_watch): the webhook agent, the OCR workers and the API's document book.
     fetch_stall_s: float = 30.0
+    # A stopping consumer waits at most this long for its last commit and for leaving its
+    # group; past it (Kafka gone) it stops without (ocrstream.streams.membership).
+    close_timeout_s: float = 10.0
     extra: dict[str, SecretStr] = Field(
         default_factory=dict,
         description="Further librdkafka properties, as a JSON object in OCRSTREAM_KAFKA_EXTRA "
@@ -379,6 +382,10 @@ class WorkerSettings(BaseSettings):
     drain_timeout_s: float = 60.0
     session_timeout_ms: int = 10_000
     max_poll_interval_ms: int = 300_000
+    # How often the offsets stored after delivery are committed: a worker that dies without
+    # its last commit has its partitions' next owner redo up to this much work (beside the
+    # pages it held), and the group's lag falls at this pace.
+    commit_interval_ms: int = 1000
     metrics_port: int = 9110
     # The page-result cache (ocrstream.streams.page_cache): a page image already read by the
     # same engine is answered from ocr.page-cache.v1; its results held in memory up to this.

@@ -108,6 +108,45 @@ def pace_failed_metadata_updates() -> None:
     _METADATA_PACED = True
 
 
+_STOP_PATCHED = False
+
+
+def stop_consumers_without_a_broker() -> None:
+    """Let faust's consumer thread finish stopping when the broker is gone.
+
+    aiokafka 0.14's ``Fetcher.close()`` cancels the fetches in flight and awaits each; one that
+    failed against the unreachable broker and waits out its retry backoff raises the
+    cancellation from that wait, so ``AIOKafkaConsumer.stop()`` raises ``CancelledError``
+    (aiokafka issue 647). It escaped faust's consumer thread, which then never reported that it
+    had shut down, and mode waited out its 60 s ``shutdown_timeout``: with Kafka stopped, the
+    splitter and the assembler each took 61 s to stop and printed three tracebacks (session 39).
+    A cancellation that is not the stopping task's own is now taken as the fetch's, and the
+    consumer's client is closed (what ``stop()`` had left to do). Idempotent; patches the driver
+    class once per process.
+    """
+    global _STOP_PATCHED
+    if _STOP_PATCHED:
+        return
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    stop = AIOKafkaConsumerThread.on_thread_stop
+
+    async def on_thread_stop(self: AIOKafkaConsumerThread) -> None:
+        try:
+            await stop(self)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            log.info("kafka consumer stopped; a fetch from an unreachable broker was cancelled")
+            consumer = self._consumer
+            if consumer is not None:
+                await consumer._client.close()
+
+    AIOKafkaConsumerThread.on_thread_stop = on_thread_stop  # type: ignore[method-assign]
+    _STOP_PATCHED = True
+
+
 _SEEK_PATCHED = False
 
 
@@ -187,6 +226,7 @@ def make_app(
     limits = limits or LimitsSettings()
     pace_failed_metadata_updates()
     rewind_partitions_without_commits()
+    stop_consumers_without_a_broker()
     datadir = Path(tempfile.gettempdir()) / "ocrstream-faust" / kafka.topic(app_id)
     datadir.parent.mkdir(parents=True, exist_ok=True)
     return faust.App(

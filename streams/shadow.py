@@ -33,6 +33,7 @@ from ocrstream.schemas.records import PageResult, PageStatus
 from ocrstream.settings import KafkaSettings, ShadowSettings
 from ocrstream.streams import topics
 from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.membership import leave_group
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.redrive import read_to_end
 
@@ -62,6 +63,7 @@ class ShadowComparer:
     ) -> None:
         self.codec = codec
         self.metrics = metrics
+        self._close_timeout_s = kafka.close_timeout_s
         self.primary_topic = kafka.topic(topics.PAGE_RESULTS)
         self.shadow_topic = kafka.topic(topics.PAGE_RESULTS_SHADOW)
         self.join = ShadowJoin(max_pending=settings.max_pending, ttl_s=settings.pending_ttl_s)
@@ -93,7 +95,8 @@ class ShadowComparer:
                     self.handle(msg.topic(), msg.value() or b"", time.monotonic())
                 self.watch.check()  # the comparer holds no partition back
         finally:
-            self.consumer.close()
+            # auto-commit's last commit on the way out: bounded, for a Kafka that is gone
+            leave_group(self.consumer, self._close_timeout_s, "shadow comparer", commit=False)
 
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.watch.assigned((tp.topic, tp.partition) for tp in partitions)

@@ -56,6 +56,7 @@ from ocrstream.settings import KafkaSettings, WebhookSettings
 from ocrstream.streams import topics as t
 from ocrstream.streams.dlq import dead_letter
 from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.membership import commit_stored, leave_group
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.offsets import OffsetTracker
 from ocrstream.streams.producer import RecordProducer
@@ -102,6 +103,7 @@ class WebhookAgent:
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.settings = settings
+        self._close_timeout_s = kafka.close_timeout_s
         self.sender = sender
         self.codec = codec
         self.metrics = metrics
@@ -151,7 +153,7 @@ class WebhookAgent:
                     self.metrics.webhook_pending_retries.set(self.book.waiting)
             finally:
                 self._drain()
-                self.consumer.close()
+                leave_group(self.consumer, self._close_timeout_s, "webhook agent")
 
     def _require_topics(self) -> None:
         """Both topics exist, or the agent exits (its supervisor starts it again later)."""
@@ -170,11 +172,6 @@ class WebhookAgent:
         while self.inflight and time.monotonic() < deadline:
             self._collect(wait_s=0.1)
         self.producer.flush(max(1.0, deadline - time.monotonic()))
-        try:
-            self.consumer.commit(asynchronous=False)
-        except KafkaException as e:
-            if not (e.args and e.args[0].code() == KafkaError._NO_OFFSET):
-                log.warning("final commit failed: %s", e)
         if self.inflight or len(self.producer):
             log.warning(
                 "stopped with %d attempts in flight and %d records undelivered: the next agent "
@@ -381,11 +378,7 @@ class WebhookAgent:
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        try:
-            self.consumer.commit(asynchronous=False)
-        except KafkaException as e:
-            if not (e.args and e.args[0].code() == KafkaError._NO_OFFSET):
-                log.warning("commit on revoke failed: %s", e)
+        commit_stored(self.consumer, "on revoke")
         self._forget(partitions)
 
     def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:

@@ -61,7 +61,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ocrstream.errors import FatalError, PoisonError, RetriableError
 from ocrstream.logs import log_context
@@ -89,6 +89,7 @@ from ocrstream.streams.flow import PartitionFlow
 from ocrstream.streams.gpu_metrics import start_gpu_metrics
 from ocrstream.streams.intake import Intake, Origin, Pending
 from ocrstream.streams.intake import TopicPartition as TP
+from ocrstream.streams.membership import commit_stored, leave_group
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.ocr_batch import (
     PreparedPage,
@@ -130,7 +131,7 @@ def consumer_config(kafka: KafkaSettings, settings: WorkerSettings) -> dict[str,
             "group.id": kafka.topic(pool_group(settings)),
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
-            "auto.commit.interval.ms": 1000,
+            "auto.commit.interval.ms": settings.commit_interval_ms,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
             "session.timeout.ms": settings.session_timeout_ms,
@@ -169,6 +170,7 @@ class OcrWorker:
         routing: RoutingRule | None = None,
     ) -> None:
         self.settings = settings
+        self._close_timeout_s = kafka.close_timeout_s
         self.limits = limits or LimitsSettings()
         self.engine = engine
         self.codec = codec
@@ -298,13 +300,13 @@ class OcrWorker:
         self.metrics.pages_inflight.labels(STAGE).set(self._tracker.inflight())
 
     def shutdown(self) -> None:
-        """Drain what's in flight, commit synchronously, leave the group."""
+        """Drain what's in flight, commit synchronously, leave the group (each bounded: with
+        Kafka gone the worker stops after ``drain_timeout_s`` and ``close_timeout_s``)."""
         try:
             self.drain(revoked=None)
-            self._commit_sync()
         finally:
             try:
-                self.consumer.close()
+                leave_group(self.consumer, self._close_timeout_s, f"ocr worker {self.worker_id}")
             finally:
                 self._decoder.close()
                 self._engine.close(cancel=True)
@@ -543,14 +545,6 @@ class OcrWorker:
                 len(self.producer),
             )
 
-    def _commit_sync(self) -> None:
-        try:
-            self.consumer.commit(asynchronous=False)
-        except KafkaException as e:
-            if e.args and e.args[0].code() == KafkaError._NO_OFFSET:
-                return
-            log.warning("synchronous commit failed: %s", e)
-
     def _on_assign(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         tps = _tps(partitions)
         self._flow.assign(tps)
@@ -561,7 +555,7 @@ class OcrWorker:
         tps = _tps(partitions)
         log.info("revoking %s: draining in-flight pages", sorted(p for _, p in tps))
         self.drain(revoked=tps)
-        self._commit_sync()
+        commit_stored(self.consumer, "on revoke")
         self._forget(tps)
 
     def _on_lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ocrstream.errors import FatalError, OcrstreamError
+
+if TYPE_CHECKING:
+    from ocrstream.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +42,20 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
-def _run_faust(app: Any) -> None:
-    """Run a faust app in this process until SIGTERM/SIGINT (faust's worker handles them)."""
+def _run_faust(app: Any, kafka: KafkaSettings) -> None:
+    """Run a faust app in this process until SIGTERM/SIGINT (faust's worker handles them); a
+    stop that hangs on a Kafka that is gone ends the process
+    (:func:`~ocrstream.streams.membership.watch_the_stop`)."""
     import faust
 
-    worker = faust.Worker(
+    from ocrstream.streams.membership import watch_the_stop
+
+    class Worker(faust.Worker):
+        async def on_stop(self) -> None:
+            watch_the_stop(kafka, app.conf.id)
+            await super().on_stop()
+
+    worker = Worker(
         app,
         loglevel=logging.getLevelName(logging.getLogger().level),
         quiet=True,
@@ -73,14 +85,14 @@ def splitter(metrics_port: int | None) -> None:
     from ocrstream.streams.metrics import process_metrics, serve
     from ocrstream.streams.splitter import build_splitter
 
-    settings = SplitterSettings()
+    settings, kafka = SplitterSettings(), KafkaSettings()
     serve(settings.metrics_port if metrics_port is None else metrics_port)
     try:
-        app = build_splitter(KafkaSettings(), _store(), settings, LimitsSettings(),
+        app = build_splitter(kafka, _store(), settings, LimitsSettings(),
                              process_metrics())  # fmt: skip
     except OcrstreamError as e:
         raise click.ClickException(str(e)) from e
-    _run_faust(app)
+    _run_faust(app, kafka)
 
 
 @click.command("ocr-worker")
@@ -195,14 +207,14 @@ def assembler(metrics_port: int | None) -> None:
     from ocrstream.streams.assembler import build_assembler
     from ocrstream.streams.metrics import process_metrics, serve
 
-    settings = AssemblerSettings()
+    settings, kafka = AssemblerSettings(), KafkaSettings()
     serve(settings.metrics_port if metrics_port is None else metrics_port)
     try:
-        app = build_assembler(KafkaSettings(), _store(), settings, LimitsSettings(),
+        app = build_assembler(kafka, _store(), settings, LimitsSettings(),
                               process_metrics(), dpi=SplitterSettings().dpi)  # fmt: skip
     except OcrstreamError as e:
         raise click.ClickException(str(e)) from e
-    _run_faust(app)
+    _run_faust(app, kafka)
 
 
 @click.command("lag-exporter")

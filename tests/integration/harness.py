@@ -55,6 +55,7 @@ from ocrstream.schemas.records import (
     ScanSubmitted,
     utc_now,
 )
+from ocrstream.services.kafka import KafkaService
 from ocrstream.settings import KafkaSettings
 from ocrstream.storage import ObjectStore
 from ocrstream.streams import topics as t
@@ -759,6 +760,23 @@ def service_down(name: str) -> Iterator[Callable[[], int | None]]:
         yield start
     finally:
         start()
+
+
+@contextlib.contextmanager
+def own_broker(home: Path, service: type[KafkaService] = KafkaService) -> Iterator[KafkaService]:
+    """A Kafka broker of the test's own, on new storage under ``home`` and free ports, stopped
+    on the way out: for a test that stops Kafka (the suite's broker is shared) or needs one as
+    CI and every first ``infra up`` get it."""
+    from ocrstream.settings import ServicesSettings
+
+    ports = {"kafka_port": free_port(), "kafka_controller_port": free_port()}
+    broker = service(ServicesSettings(home=home, start_timeout_s=120, **ports))
+    broker.prepare()
+    broker.wait_ready(broker.start(), deadline=time.monotonic() + 120)
+    try:
+        yield broker
+    finally:
+        broker.stop(timeout_s=30)
 
 
 @contextlib.contextmanager

@@ -8,26 +8,18 @@ killed a whole CI run. Each test here runs its own broker on new storage and fre
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ocrstream.services.kafka import KafkaService
-from ocrstream.settings import ServicesSettings
+from tests.integration.harness import own_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PortOnlyKafka(KafkaService):
@@ -38,28 +30,16 @@ class PortOnlyKafka(KafkaService):
         return None
 
 
-def _settings(tmp_path: Path) -> ServicesSettings:
-    return ServicesSettings(home=tmp_path / "home", kafka_port=_free_port(),
-                            kafka_controller_port=_free_port(), start_timeout_s=120)  # fmt: skip
-
-
-def _run(service: KafkaService) -> Iterator[KafkaService]:
-    service.prepare()
-    service.wait_ready(service.start(), deadline=time.monotonic() + 120)
-    try:
-        yield service
-    finally:
-        service.stop(timeout_s=30)
-
-
 @pytest.fixture
 def port_only_kafka(tmp_path: Path) -> Iterator[KafkaService]:
-    yield from _run(PortOnlyKafka(_settings(tmp_path)))
+    with own_broker(tmp_path / "home", PortOnlyKafka) as broker:
+        yield broker
 
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[KafkaService]:
-    yield from _run(KafkaService(_settings(tmp_path)))
+    with own_broker(tmp_path / "home") as broker:
+        yield broker
 
 
 LAG_SCRIPT = textwrap.dedent(
