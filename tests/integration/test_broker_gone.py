@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from ocrstream.client import OcrClient
 from ocrstream.settings import KafkaSettings, S3Settings
 from ocrstream.storage import ObjectStore
 from ocrstream.streams.topics import ensure_topics
-from tests.integration.harness import REPO, interruptible, own_broker, text_doc
+from tests.integration.harness import REPO, free_port, interruptible, own_broker, text_doc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -88,3 +89,40 @@ def test_every_agent_stops_by_itself_when_kafka_went_first(
     # the worker was in the state that hung: offsets to commit, and no coordinator to take them
     assert any("ocr worker" in line and "did not take the last commit" in line for line in lines)
     assert any("ocr worker" in line and "stopped" in line for line in lines)
+
+
+STOPPING = textwrap.dedent(
+    """
+    import logging, sys, time
+    from ocrstream.settings import KafkaSettings
+    from ocrstream.streams.membership import watch_the_stop
+
+    logging.basicConfig(level=logging.INFO)
+    watch_the_stop(KafkaSettings(bootstrap_servers=sys.argv[1], close_timeout_s=0.5), "agent")
+    time.sleep(float(sys.argv[2]))  # a stop that takes this long
+    print("stop finished")
+    """
+)
+
+
+def _stop_taking(address: str, seconds: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", STOPPING, address, str(seconds)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_a_long_stop_is_left_to_finish_while_kafka_answers(kafka_settings: KafkaSettings) -> None:
+    """A faust agent's stop that runs long (a scan still being split) is not cut short: the
+    watch asks Kafka every 0.5 s here, and Kafka answers."""
+    result = _stop_taking(kafka_settings.bootstrap_servers, 4.0)
+    assert result.returncode == 0, result.stderr
+    assert "stop finished" in result.stdout
+    assert "still stopping" not in result.stderr
+
+
+def test_a_stop_is_ended_once_kafka_does_not_answer() -> None:
+    began = time.monotonic()
+    result = _stop_taking(f"127.0.0.1:{free_port()}", 60.0)  # nothing listens there
+    assert result.returncode == 1
+    assert "stop finished" not in result.stdout
+    assert "agent: still stopping after" in result.stderr
+    assert time.monotonic() - began < 30  # the watch's 0.5 s and its 0.5 s probe, not the 60 s
