@@ -89,6 +89,7 @@ from ocrstream.processors.ocr.orientation import (
     estimate_skew,
     read_both_ways,
     upside_down,
+    written_across,
     written_in_cjk,
 )
 from ocrstream.processors.ocr.textsize import line_height
@@ -330,8 +331,9 @@ class OcrEngine:
         if s.bilevel_smoothing:  # 1-bit pages blurred into grey first (bilevel.soften)
             options["bilevel_smoothing"] = s.bilevel_smoothing
         if s.find_turned_pages and not s.fix_orientation:  # pages turned from their lines
-            # standing lines read before a page is turned; vertical CJK kept (session 37)
-            options["find_turned_pages"] = "read_first"
+            # standing lines read before a page is turned; vertical CJK kept (session 37),
+            # told from CJK scanned clockwise by where its small marks sit (session 40)
+            options["find_turned_pages"] = "read_first_marks"
         # a page left with its lines standing is read right to left (order.runs_down)
         options["standing_lines"] = "right_to_left"
         # only when set: the fingerprints of other engines stay as they were
@@ -558,12 +560,13 @@ class OcrEngine:
 
         - better turned: the page was scanned a quarter turn counter-clockwise. It is turned
           a quarter turn clockwise and detected again;
-        - better as they are, in Chinese, Japanese or Korean: the page is written in vertical
-          columns (or a page of those scripts was scanned a quarter turn clockwise). It is read
-          as it is, columns right to left (order.reading_order): turned, its columns would
-          lie close together and read worse (docs/benchmarks.md, session 37);
-        - better as they are, in another script: the page was scanned a quarter turn
-          clockwise, and is turned back and detected again.
+        - better as they are, in Chinese, Japanese or Korean, unless their punctuation and
+          small kana sit low in the lines, as writing across sets them
+          (orientation.written_across): the page is written in vertical columns, and read as
+          it is, columns right to left (order.reading_order): turned, its columns would lie
+          close together and read worse (docs/benchmarks.md, session 37);
+        - better as they are, in another script, or in those with the marks low: the page was
+          scanned a quarter turn clockwise, and is turned back and detected again.
 
         Upright pages pay nothing but a look at their boxes."""
         for page in pages:
@@ -576,7 +579,7 @@ class OcrEngine:
             both = read_both_ways(self._read_lines, page.crops, enough=UPRIGHT_CONFIDENCE)
             if both.flipped > both.upright:
                 turns = 1
-            elif not written_in_cjk(both.text):
+            elif not written_in_cjk(both.text) or written_across(page.crops):
                 turns = 3
             else:
                 page.charge("orientation", start)

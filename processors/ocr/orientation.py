@@ -36,6 +36,11 @@ UPRIGHT_CONFIDENCE = 0.8
 # Latin): enough to tell which way they read, at a half to a third of the cost of whole lines
 # on a turned A4 page (docs/benchmarks.md, session 37).
 LOOK_HEIGHTS = 16
+# A page of Chinese, Japanese or Korean whose standing lines read as they are is taken for
+# horizontal writing scanned a quarter turn clockwise (and turned back) when at least this
+# many of its widest lines' small marks sit low in the cut lines, and more than twice as many
+# as sit high (:func:`written_across`).
+LOW_MARKS = 4
 
 
 def orientation_input(
@@ -116,6 +121,62 @@ def written_in_cjk(text: str) -> bool:
     return bool(letters) and cjk * 2 > len(letters)
 
 
+def _widest(lines: Sequence[ImageBGR], widest: int) -> list[ImageBGR]:
+    """The ``widest`` widest line crops (by aspect), each up to its first LOOK_HEIGHTS heights."""
+    chosen = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:widest]
+    return [c[:, : LOOK_HEIGHTS * c.shape[0]] for c in chosen]
+
+
+def small_marks(line: ImageBGR) -> tuple[int, int]:
+    """How many of a line crop's small marks sit in the upper half of its text and how many
+    in the lower half: ink between two blank columns no wider than 0.6 and no taller than
+    0.5 of the text's height (punctuation, small kana, dots), leaving out ink cut by the
+    crop's top or bottom edge (a neighbouring line's or column's)."""
+    gray = cv2.cvtColor(line, cv2.COLOR_BGR2GRAY) if line.ndim == 3 else line
+    _, ink = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    height = ink.shape[0]
+    cut = (stats[:, cv2.CC_STAT_TOP] == 0) | (
+        stats[:, cv2.CC_STAT_TOP] + stats[:, cv2.CC_STAT_HEIGHT] >= height
+    )
+    cut[0] = True  # the background
+    ink = (~cut)[labels]
+    rows = np.flatnonzero(ink.any(axis=1))
+    if rows.size == 0:
+        return 0, 0
+    top, text = int(rows[0]), int(rows[-1]) + 1 - int(rows[0])
+    inked = np.concatenate(([False], ink.any(axis=0), [False]))
+    edges = np.flatnonzero(np.diff(inked.astype(np.int8)))
+    high = low = 0
+    for start, end in zip(edges[::2], edges[1::2], strict=True):
+        run = np.flatnonzero(ink[:, start:end].any(axis=1))
+        first, last = int(run[0]), int(run[-1]) + 1
+        if end - start > 0.6 * text or last - first > 0.5 * text:
+            continue  # a character, or a stroke of one
+        if last <= top + 0.5 * text:
+            high += 1
+        elif first >= top + 0.5 * text:
+            low += 1
+    return high, low
+
+
+def written_across(lines: Sequence[ImageBGR], widest: int = 8) -> bool:
+    """Whether standing lines of Chinese, Japanese or Korean that read as they are (so cut
+    and turned a quarter turn counter-clockwise, geometry.crop_quad) were written across a
+    page scanned a quarter turn clockwise rather than down it in columns. Horizontal writing
+    sets its punctuation and small kana low in the line (bottom left of their square); the
+    fonts' vertical forms set them in the top right of their square, which the cut column
+    has at its top. The ``widest`` widest lines' first LOOK_HEIGHTS heights are looked at:
+    at least LOW_MARKS marks low and more than twice as many as high. A page with too few
+    marks to tell (no punctuation) is taken for columns: kept as it is, it reads the same
+    text in the same order either way, only its image stays sideways."""
+    high = low = 0
+    for line in _widest(lines, widest):
+        h, lo = small_marks(line)
+        high, low = high + h, low + lo
+    return low >= LOW_MARKS and low > 2 * high
+
+
 def read_both_ways(
     read: Callable[[list[ImageBGR]], list[tuple[str, float]]],
     lines: Sequence[ImageBGR],
@@ -129,8 +190,7 @@ def read_both_ways(
     (``flipped`` 0)."""
     if not lines:
         return BothWays(0.0, 0.0, "")
-    chosen = sorted(lines, key=lambda c: -c.shape[1] / max(1, c.shape[0]))[:widest]
-    chosen = [c[:, : LOOK_HEIGHTS * c.shape[0]] for c in chosen]
+    chosen = _widest(lines, widest)
     scores = read(chosen)
     upright = float(np.mean([conf for _, conf in scores]))
     text = "\n".join(text for text, _ in scores)

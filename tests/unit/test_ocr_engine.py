@@ -383,60 +383,64 @@ def test_with_the_search_off_a_page_turned_clockwise_keeps_its_lines_in_order():
 
 
 NOTO_CJK = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
-VERTICAL = [
-    "春眠不觉晓处处闻啼鸟", "夜来风雨声花落知多少", "床前明月光疑是地上霜", "举头望明月低头思故乡",
-    "白日依山尽黄河入海流", "欲穷千里目更上一层楼", "千山鸟飞绝万径人踪灭",
+VERSES = [
+    "春眠不觉晓，处处闻啼鸟。", "夜来风雨声，花落知多少。", "床前明月光，疑是地上霜。",
+    "举头望明月，低头思故乡。", "白日依山尽，黄河入海流。", "欲穷千里目，更上一层楼。",
+    "千山鸟飞绝，万径人踪灭。",
 ]  # fmt: skip
+BARE = [verse.replace("，", "").replace("。", "") for verse in VERSES]  # no punctuation
 
 
-@pytest.fixture(scope="module")
-def vertical_page() -> np.ndarray:
-    """Seven columns of Chinese written top to bottom, the first on the right (300 DPI)."""
+def _chinese_page(lines: list[str], down: bool) -> np.ndarray:
+    """``lines`` at 300 DPI: written across, or down in columns from the right with the
+    font's vertical forms (punctuation in the top right of its square)."""
     from PIL import Image, ImageDraw, ImageFont, features
 
     if not NOTO_CJK.is_file():
         pytest.skip(f"no {NOTO_CJK}: apt-get install fonts-noto-cjk (scripts/test.sh does)")
-    if not features.check("raqm"):
+    if down and not features.check("raqm"):
         pytest.skip("this Pillow lays out no vertical text (built without libraqm)")
     font = ImageFont.truetype(str(NOTO_CJK), 50, index=2)  # Noto Sans CJK SC
-    page = Image.new("L", (900, 800), 255)
+    page = Image.new("L", (900, 800) if down else (800, 900), 255)
     draw = ImageDraw.Draw(page)
-    for i, column in enumerate(VERTICAL):
-        draw.text((800 - i * 100, 120), column, font=font, fill=0, anchor="mt", direction="ttb")
+    for i, line in enumerate(lines):
+        if down:
+            ttb: dict[str, object] = {"direction": "ttb", "features": ["vert"], "anchor": "mt"}
+            draw.text((800 - i * 100, 100), line, font=font, fill=0, **ttb)  # type: ignore[arg-type]
+        else:
+            draw.text((100, 100 + i * 100), line, font=font, fill=0)
     return cv2.cvtColor(np.asarray(page), cv2.COLOR_GRAY2BGR)
 
 
-@pytest.mark.parametrize(("turns", "rotation"), [(1, 0), (3, 90)])
-def test_a_chinese_page_scanned_sideways_reads_in_order(
-    ocr_engine: OcrEngine, turns: int, rotation: int
+@pytest.mark.parametrize(("lines", "turns", "rotation"), [
+    (VERSES, 1, 270), (VERSES, 3, 90), (BARE, 1, 0), (BARE, 3, 90),
+])  # fmt: skip
+def test_a_chinese_page_scanned_sideways_is_read_upright_when_its_marks_tell(
+    ocr_engine: OcrEngine, lines: list[str], turns: int, rotation: int
 ):
-    """Turned clockwise, its lines read as they stand, as a page written in columns does: it
-    is read as it is (the one page that stays sideways); turned counter-clockwise, they read
-    upside down, and the page is turned upright."""
-    from PIL import Image, ImageDraw, ImageFont
-
-    if not NOTO_CJK.is_file():
-        pytest.skip(f"no {NOTO_CJK}: apt-get install fonts-noto-cjk (scripts/test.sh does)")
-    font = ImageFont.truetype(str(NOTO_CJK), 50, index=2)
-    page = Image.new("L", (800, 900), 255)
-    draw = ImageDraw.Draw(page)
-    for i, line in enumerate(VERTICAL):
-        draw.text((100, 100 + i * 100), line, font=font, fill=0)
-    image = cv2.cvtColor(np.asarray(page), cv2.COLOR_GRAY2BGR)
+    """Turned clockwise, its lines read as they stand, as a page written in columns does;
+    its punctuation, low in the lines as cut, tells it from one: it is turned back. Without
+    punctuation it is read as it is, in order (the one page that stays sideways). Turned
+    counter-clockwise, its lines read upside down, and it is turned upright."""
+    image = _chinese_page(lines, down=False)
     (read,) = ocr_engine.recognize([np.ascontiguousarray(np.rot90(image, k=-turns))])
     assert read.rotation == rotation
-    assert cer(read.text, "\n".join(VERTICAL)) < 0.1, read.text
+    assert cer(read.text, "\n".join(lines)) < 0.1, read.text
 
 
+@pytest.mark.parametrize("lines", [VERSES, BARE])
 @pytest.mark.parametrize("find_turned_pages", [True, False])
 def test_a_page_written_in_columns_reads_right_to_left_as_it_is(
-    vertical_page, find_turned_pages: bool
+    lines: list[str], find_turned_pages: bool
 ):
-    """Its lines stand, read well as they are and are Chinese: not a page scanned sideways."""
+    """Its lines stand, read well as they are, are Chinese and have their punctuation where
+    columns have it (or none): not a page scanned sideways. (Vertical punctuation itself is
+    misread, by every engine measured: the text is compared without it.)"""
     engine = OcrEngine(OcrSettings(find_turned_pages=find_turned_pages, threads=2))
-    (page,) = engine.recognize([vertical_page])
+    (page,) = engine.recognize([_chinese_page(lines, down=True)])
     assert page.rotation == 0
-    assert cer(page.text, "\n".join(VERTICAL)) < 0.1, page.text
+    bare = "".join(c for c in page.text if c.isalnum() or c == "\n")
+    assert cer(bare, "\n".join(BARE)) < 0.1, page.text
 
 
 def test_skewed_page_is_deskewed(fixing_engine: OcrEngine, full_page):

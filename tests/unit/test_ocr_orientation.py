@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
 
-from ocrstream.processors.ocr.orientation import LOOK_HEIGHTS, read_both_ways, written_in_cjk
+import numpy as np
+import pytest
+
+from ocrstream.processors.ocr.orientation import (
+    LOOK_HEIGHTS,
+    read_both_ways,
+    small_marks,
+    written_across,
+    written_in_cjk,
+)
+
+NOTO_CJK = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
 
 
 def _box(x: float, y: float, w: float, h: float) -> np.ndarray:
@@ -50,3 +61,76 @@ def test_chinese_japanese_and_korean_are_told_from_other_scripts():
     assert not written_in_cjk("Total due 12.00")
     assert not written_in_cjk("TOTAL 12.00 元")  # most letters Latin
     assert not written_in_cjk("12.00 -- 3")  # no letters
+
+
+def _line(*marks: tuple[int, int]) -> np.ndarray:
+    """A crop at rec's height: ten characters (full-height blocks) 40 px apart, then a small
+    mark (8 x 8) after each of ``marks``' characters at the given top."""
+    line = np.full((48, 420, 3), 255, np.uint8)
+    for i in range(10):
+        line[6:42, 4 + 40 * i : 34 + 40 * i] = 0
+    for after, top in marks:
+        line[top : top + 8, 36 + 40 * after : 38 + 40 * after + 1] = 0
+    return line
+
+
+def test_small_marks_are_counted_where_they_sit_in_the_text():
+    assert small_marks(_line()) == (0, 0)
+    assert small_marks(_line((0, 34), (3, 34), (5, 8))) == (1, 2)  # two low, one high
+    assert small_marks(_line((2, 22))) == (0, 0)  # across the middle: neither
+    blank = np.full((48, 200, 3), 255, np.uint8)
+    assert small_marks(blank) == (0, 0)
+
+
+def test_ink_cut_by_the_crops_edge_is_not_a_mark():
+    """A neighbouring column's characters cut by the crop (a column grown across into the
+    next one) fill the gaps between this one's at its top or bottom edge."""
+    line = _line((1, 34))
+    line[0:5, 36:40] = 0  # a neighbour's stroke in a gap, cut by the top edge
+    line[44:48, 116:120] = 0  # and one cut by the bottom edge
+    assert small_marks(line) == (0, 1)
+
+
+def _rendered(text: str, down: bool) -> np.ndarray:
+    """``text`` at rec's height as the engine cuts it: a line written across, or a column
+    written down with the font's vertical forms, cut and turned a quarter turn
+    counter-clockwise (geometry.crop_quad)."""
+    import cv2
+    from PIL import Image, ImageDraw, ImageFont, features
+
+    if not NOTO_CJK.is_file():
+        pytest.skip(f"no {NOTO_CJK}: apt-get install fonts-noto-cjk (scripts/test.sh does)")
+    if down and not features.check("raqm"):
+        pytest.skip("this Pillow lays out no vertical text (built without libraqm)")
+    font = ImageFont.truetype(str(NOTO_CJK), 60, index=2)  # Noto Sans CJK SC
+    length = 64 * len(text) + 40
+    if down:
+        image = Image.new("L", (80, length), 255)
+        ImageDraw.Draw(image).text(
+            (40, 20), text, font=font, fill=0, anchor="mt", direction="ttb", features=["vert"]
+        )
+        crop = np.rot90(np.asarray(image))
+    else:
+        image = Image.new("L", (length, 80), 255)
+        ImageDraw.Draw(image).text((20, 40), text, font=font, fill=0, anchor="lm")
+        crop = np.asarray(image)
+    crop = cv2.resize(np.ascontiguousarray(crop), (crop.shape[1] * 48 // 80, 48), cv2.INTER_AREA)
+    return cv2.cvtColor(crop, cv2.COLOR_GRAY2BGR)
+
+
+PROSE = ["春眠不觉晓，处处闻啼鸟。", "夜来风雨声、花落知多少。", "床前明月光，疑是地上霜。"]
+
+
+def test_chinese_written_across_is_told_from_chinese_written_down():
+    """Where the punctuation sits: low in a line written across; in the top right of its
+    square in a column, at the top of the column as cut. Without punctuation, nothing to go on."""
+    across = [_rendered(text, down=False) for text in PROSE]
+    down = [_rendered(text, down=True) for text in PROSE]
+    marks = [sum(c in "，、。" for c in text) for text in PROSE]
+    assert [small_marks(line) for line in across] == [(0, n) for n in marks]
+    assert [small_marks(line) for line in down] == [(n, 0) for n in marks]
+    assert written_across(across)
+    assert not written_across(down)
+    bare = [_rendered(text.strip("，、。").replace("，", "").replace("、", ""), down=False)
+            for text in PROSE]  # fmt: skip
+    assert not written_across(bare)
