@@ -73,6 +73,7 @@ from ocrstream.processors.ocr.geometry import (
     grow_for_rec,
     rotate_page,
     rotate_small,
+    stands,
     turn_quad_180,
 )
 from ocrstream.processors.ocr.models import (
@@ -87,6 +88,7 @@ from ocrstream.processors.ocr.orientation import (
     UPRIGHT_CONFIDENCE,
     classify_orientation,
     estimate_skew,
+    marks_set_across,
     read_both_ways,
     upside_down,
     written_across,
@@ -332,8 +334,9 @@ class OcrEngine:
             options["bilevel_smoothing"] = s.bilevel_smoothing
         if s.find_turned_pages and not s.fix_orientation:  # pages turned from their lines
             # standing lines read before a page is turned; vertical CJK kept (session 37),
-            # told from CJK scanned clockwise by where its small marks sit (session 40)
-            options["find_turned_pages"] = "read_first_marks"
+            # told from CJK scanned clockwise by where its small marks sit, which are moved
+            # where rec reads them in columns (session 40)
+            options["find_turned_pages"] = "read_first_marks_set"
         # a page left with its lines standing is read right to left (order.runs_down)
         options["standing_lines"] = "right_to_left"
         # only when set: the fingerprints of other engines stay as they were
@@ -564,7 +567,8 @@ class OcrEngine:
           small kana sit low in the lines, as writing across sets them
           (orientation.written_across): the page is written in vertical columns, and read as
           it is, columns right to left (order.reading_order): turned, its columns would lie
-          close together and read worse (docs/benchmarks.md, session 37);
+          close together and read worse (docs/benchmarks.md, session 37). Its columns' marks
+          are moved down to where rec reads them (orientation.marks_set_across);
         - better as they are, in another script, or in those with the marks low: the page was
           scanned a quarter turn clockwise, and is turned back and detected again.
 
@@ -582,6 +586,10 @@ class OcrEngine:
             elif not written_in_cjk(both.text) or written_across(page.crops):
                 turns = 3
             else:
+                page.crops = [  # the columns' punctuation set where rec reads it
+                    marks_set_across(crop) if stands(box.quad) else crop
+                    for crop, box in zip(page.crops, page.boxes, strict=True)
+                ]
                 page.charge("orientation", start)
                 continue
             page.image, page.rotation = rotate_page(page.image, turns), 90 * turns

@@ -219,6 +219,13 @@ def _widen_standing(
     return clip_quad(out.astype(np.float32), width, height)
 
 
+def stands(quad: Quad) -> bool:
+    """Whether a line's quad stands: cut, it is turned a quarter turn counter-clockwise
+    (:func:`crop_quad`)."""
+    w, h = quad_size(quad)
+    return max(1, round(h)) >= VERTICAL_RATIO * max(1, round(w))
+
+
 def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:
     """The text line under ``quad``, warped to an upright rectangle (vertical lines rotated)."""
     w, h = quad_size(quad)
@@ -228,7 +235,7 @@ def crop_quad(image: ImageBGR, quad: Quad) -> ImageBGR:
     crop = cv2.warpPerspective(
         image, matrix, (cw, ch), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE
     )
-    if ch >= VERTICAL_RATIO * cw:
+    if stands(quad):
         crop = np.rot90(crop)
     return np.ascontiguousarray(crop)
 

@@ -127,15 +127,23 @@ def _widest(lines: Sequence[ImageBGR], widest: int) -> list[ImageBGR]:
     return [c[:, : LOOK_HEIGHTS * c.shape[0]] for c in chosen]
 
 
-def small_marks(line: ImageBGR) -> tuple[int, int]:
-    """How many of a line crop's small marks sit in the upper half of its text and how many
-    in the lower half: ink between two blank columns no wider than 0.6 and no taller than
-    0.5 of the text's height (punctuation, small kana, dots), leaving out ink cut by the
-    crop's top or bottom edge (a neighbouring line's or column's)."""
+class _Mark(NamedTuple):
+    """A small mark in a line crop: its columns and rows, and whether it sits high."""
+
+    start: int
+    end: int
+    first: int
+    last: int
+    high: bool
+
+
+def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, npt.NDArray[np.uint8]]:
+    """The line crop's small marks, the bottom row of its text (exclusive), and its ink."""
     gray = cv2.cvtColor(line, cv2.COLOR_BGR2GRAY) if line.ndim == 3 else line
-    _, ink = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
-    height = ink.shape[0]
+    _, thresholded = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
+    all_ink = np.asarray(thresholded, np.uint8)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(all_ink, connectivity=8)
+    height = all_ink.shape[0]
     cut = (stats[:, cv2.CC_STAT_TOP] == 0) | (
         stats[:, cv2.CC_STAT_TOP] + stats[:, cv2.CC_STAT_HEIGHT] >= height
     )
@@ -143,21 +151,55 @@ def small_marks(line: ImageBGR) -> tuple[int, int]:
     ink = (~cut)[labels]
     rows = np.flatnonzero(ink.any(axis=1))
     if rows.size == 0:
-        return 0, 0
+        return [], 0, all_ink
     top, text = int(rows[0]), int(rows[-1]) + 1 - int(rows[0])
     inked = np.concatenate(([False], ink.any(axis=0), [False]))
     edges = np.flatnonzero(np.diff(inked.astype(np.int8)))
-    high = low = 0
-    for start, end in zip(edges[::2], edges[1::2], strict=True):
+    marks: list[_Mark] = []
+    for start, end in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
         run = np.flatnonzero(ink[:, start:end].any(axis=1))
         first, last = int(run[0]), int(run[-1]) + 1
         if end - start > 0.6 * text or last - first > 0.5 * text:
             continue  # a character, or a stroke of one
         if last <= top + 0.5 * text:
-            high += 1
+            marks.append(_Mark(start, end, first, last, True))
         elif first >= top + 0.5 * text:
-            low += 1
-    return high, low
+            marks.append(_Mark(start, end, first, last, False))
+    return marks, top + text, all_ink
+
+
+def small_marks(line: ImageBGR) -> tuple[int, int]:
+    """How many of a line crop's small marks sit in the upper half of its text and how many
+    in the lower half: ink between two blank columns no wider than 0.6 and no taller than
+    0.5 of the text's height (punctuation, small kana, dots), leaving out ink cut by the
+    crop's top or bottom edge (a neighbouring line's or column's)."""
+    marks, _, _ = _small_marks(line)
+    high = sum(mark.high for mark in marks)
+    return high, len(marks) - high
+
+
+def marks_set_across(line: ImageBGR) -> ImageBGR:
+    """A column's crop (cut and turned a quarter turn counter-clockwise, geometry.crop_quad)
+    with its high small marks moved down to the bottom of its text, where writing across
+    sets them and rec, trained on lines written across, reads them. The fonts' vertical
+    forms of ``，`` ``、`` ``。`` are the marks turned a quarter turn clockwise and set in the
+    top right of their square: in the cut column they have their shape across, only high,
+    and are read as ``’`` or not at all (docs/benchmarks.md, session 40)."""
+    marks, bottom, ink = _small_marks(line)
+    if not any(mark.high for mark in marks):
+        return line
+    out = line.copy()
+    paper = np.median(line[ink == 0], axis=0)
+    for mark in marks:
+        if not mark.high:
+            continue
+        patch = line[mark.first : mark.last, mark.start : mark.end]
+        # cleared with a pixel or two of its soft edge (blank columns either side of it)
+        out[max(0, mark.first - 2) : mark.last + 2, max(0, mark.start - 1) : mark.end + 1] = paper
+        top = max(0, bottom - patch.shape[0])
+        spot = out[top:bottom, mark.start : mark.end]
+        np.minimum(spot, patch[patch.shape[0] - spot.shape[0] :], out=spot)
+    return out
 
 
 def written_across(lines: Sequence[ImageBGR], widest: int = 8) -> bool:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ocrstream.errors import FatalError
-from ocrstream.processors.ocr.geometry import VERTICAL_RATIO, Quad, crop_quad, quad_size
+from ocrstream.processors.ocr.geometry import Quad, crop_quad, quad_size, stands
 from ocrstream.processors.ocr.models import REC_CROP_MARGIN
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ def crop_line(
     """
     w, h = quad_size(quad)
     cw, ch = max(1, round(w)), max(1, round(h))
-    if ch >= VERTICAL_RATIO * cw:
+    if stands(quad):
         return resize_line(crop_quad(image, quad), params)
     rw = resized_width(ch, cw, params)
     if params.height <= ch <= FUSED_MAX_SHRINK * params.height:

@@ -9,6 +9,7 @@ import pytest
 
 from ocrstream.processors.ocr.orientation import (
     LOOK_HEIGHTS,
+    marks_set_across,
     read_both_ways,
     small_marks,
     written_across,
@@ -82,6 +83,17 @@ def test_small_marks_are_counted_where_they_sit_in_the_text():
     assert small_marks(blank) == (0, 0)
 
 
+def test_high_marks_are_moved_down_to_the_bottom_of_the_text_and_the_rest_kept():
+    line = _line((1, 8), (4, 34), (6, 10))
+    moved = marks_set_across(line)
+    assert small_marks(moved) == (0, 3)
+    assert np.array_equal(moved[:, :36], line[:, :36])  # the characters are where they were
+    assert (moved[8:18, 76:79] == 255).all()  # the first high mark's place is blank
+    assert (moved[34:42, 76:79] == 0).all()  # and the mark is at the text's bottom (row 42)
+    low = _line((2, 34))
+    assert marks_set_across(low) is low  # nothing high: the crop as it was
+
+
 def test_ink_cut_by_the_crops_edge_is_not_a_mark():
     """A neighbouring column's characters cut by the crop (a column grown across into the
     next one) fill the gaps between this one's at its top or bottom edge."""
@@ -131,6 +143,7 @@ def test_chinese_written_across_is_told_from_chinese_written_down():
     assert [small_marks(line) for line in down] == [(n, 0) for n in marks]
     assert written_across(across)
     assert not written_across(down)
+    assert [small_marks(marks_set_across(line)) for line in down] == [(0, n) for n in marks]
     bare = [_rendered(text.strip("，、。").replace("，", "").replace("、", ""), down=False)
             for text in PROSE]  # fmt: skip
     assert not written_across(bare)
