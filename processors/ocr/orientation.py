@@ -41,6 +41,9 @@ LOOK_HEIGHTS = 16
 # many of its widest lines' small marks sit low in the cut lines, and more than twice as many
 # as sit high (:func:`written_across`).
 LOW_MARKS = 4
+# Two high marks in a column as cut closer than this share of the text's height are one
+# mark's parts (a colon's dots), not two marks to move (:func:`marks_set_across`).
+PAIR_REACH = 0.5
 
 
 def orientation_input(
@@ -134,11 +137,14 @@ class _Mark(NamedTuple):
     end: int
     first: int
     last: int
+    small: bool
     high: bool
+    low: bool
 
 
-def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, npt.NDArray[np.uint8]]:
-    """The line crop's small marks, the bottom row of its text (exclusive), and its ink."""
+def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, int, npt.NDArray[np.uint8]]:
+    """The line crop's ink between blank columns, the top and bottom rows of its text (the
+    bottom exclusive), and its ink."""
     gray = cv2.cvtColor(line, cv2.COLOR_BGR2GRAY) if line.ndim == 3 else line
     _, thresholded = cv2.threshold(gray, 0, 1, cv2.THRESH_BINARY_INV | cv2.THRESH_OTSU)
     all_ink = np.asarray(thresholded, np.uint8)
@@ -151,7 +157,7 @@ def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, npt.NDArray[np.uint8
     ink = (~cut)[labels]
     rows = np.flatnonzero(ink.any(axis=1))
     if rows.size == 0:
-        return [], 0, all_ink
+        return [], 0, 0, all_ink
     top, text = int(rows[0]), int(rows[-1]) + 1 - int(rows[0])
     inked = np.concatenate(([False], ink.any(axis=0), [False]))
     edges = np.flatnonzero(np.diff(inked.astype(np.int8)))
@@ -159,13 +165,11 @@ def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, npt.NDArray[np.uint8
     for start, end in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
         run = np.flatnonzero(ink[:, start:end].any(axis=1))
         first, last = int(run[0]), int(run[-1]) + 1
-        if end - start > 0.6 * text or last - first > 0.5 * text:
-            continue  # a character, or a stroke of one
-        if last <= top + 0.5 * text:
-            marks.append(_Mark(start, end, first, last, True))
-        elif first >= top + 0.5 * text:
-            marks.append(_Mark(start, end, first, last, False))
-    return marks, top + text, all_ink
+        small = end - start <= 0.6 * text and last - first <= 0.5 * text
+        high = small and last <= top + 0.5 * text
+        low = small and first >= top + 0.5 * text
+        marks.append(_Mark(start, end, first, last, small, high, low))
+    return marks, top, top + text, all_ink
 
 
 def small_marks(line: ImageBGR) -> tuple[int, int]:
@@ -173,9 +177,8 @@ def small_marks(line: ImageBGR) -> tuple[int, int]:
     in the lower half: ink between two blank columns no wider than 0.6 and no taller than
     0.5 of the text's height (punctuation, small kana, dots), leaving out ink cut by the
     crop's top or bottom edge (a neighbouring line's or column's)."""
-    marks, _, _ = _small_marks(line)
-    high = sum(mark.high for mark in marks)
-    return high, len(marks) - high
+    marks, _, _, _ = _small_marks(line)
+    return sum(mark.high for mark in marks), sum(mark.low for mark in marks)
 
 
 def marks_set_across(line: ImageBGR) -> ImageBGR:
@@ -184,20 +187,27 @@ def marks_set_across(line: ImageBGR) -> ImageBGR:
     sets them and rec, trained on lines written across, reads them. The fonts' vertical
     forms of ``，`` ``、`` ``。`` are the marks turned a quarter turn clockwise and set in the
     top right of their square: in the cut column they have their shape across, only high,
-    and are read as ``’`` or not at all (docs/benchmarks.md, session 40)."""
-    marks, bottom, ink = _small_marks(line)
+    and are read as ``’`` or not at all. Two high marks less than :data:`PAIR_REACH` of the
+    text's height apart are a colon's dots (or a semicolon's), which rec reads where they
+    are (moved down, as ``.``), and are left (docs/benchmarks.md, session 40)."""
+    marks, top, bottom, ink = _small_marks(line)
     if not any(mark.high for mark in marks):
         return line
     out = line.copy()
     paper = np.median(line[ink == 0], axis=0)
-    for mark in marks:
+    reach = PAIR_REACH * (bottom - top)
+    for k, mark in enumerate(marks):
         if not mark.high:
             continue
+        before, after = marks[k - 1] if k else None, marks[k + 1] if k + 1 < len(marks) else None
+        if (before is not None and before.high and mark.start - before.end < reach) or (
+            after is not None and after.high and after.start - mark.end < reach
+        ):
+            continue  # one of a pair
         patch = line[mark.first : mark.last, mark.start : mark.end]
         # cleared with a pixel or two of its soft edge (blank columns either side of it)
         out[max(0, mark.first - 2) : mark.last + 2, max(0, mark.start - 1) : mark.end + 1] = paper
-        top = max(0, bottom - patch.shape[0])
-        spot = out[top:bottom, mark.start : mark.end]
+        spot = out[max(0, bottom - patch.shape[0]) : bottom, mark.start : mark.end]
         np.minimum(spot, patch[patch.shape[0] - spot.shape[0] :], out=spot)
     return out
 

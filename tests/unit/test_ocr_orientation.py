@@ -94,6 +94,20 @@ def test_high_marks_are_moved_down_to_the_bottom_of_the_text_and_the_rest_kept()
     assert marks_set_across(low) is low  # nothing high: the crop as it was
 
 
+def test_two_high_marks_side_by_side_are_a_colon_and_stay_where_they_are():
+    """A colon's vertical form, cut, is two dots side by side at the top: rec reads it there,
+    and moved down it reads as a full stop."""
+    line = np.full((48, 300, 3), 255, np.uint8)
+    for x in (4, 120, 250):
+        line[6:42, x : x + 30] = 0  # three characters
+    line[10:16, 40:45] = line[10:16, 55:60] = 0  # a colon's dots, 10 px apart, then one alone
+    line[10:16, 160:165] = 0
+    moved = marks_set_across(line)
+    assert np.array_equal(moved[:, :120], line[:, :120])
+    assert (moved[10:16, 160:165] == 255).all()
+    assert (moved[36:42, 160:165] == 0).all()
+
+
 def test_ink_cut_by_the_crops_edge_is_not_a_mark():
     """A neighbouring column's characters cut by the crop (a column grown across into the
     next one) fill the gaps between this one's at its top or bottom edge."""
