@@ -9,8 +9,10 @@ fetch state to itself, so a loop cannot tell "nothing to read" from "not reading
 asking the broker where the log ends. :class:`FetchWatch` does that, but only for a partition
 the loop is not holding back (paused) and has heard nothing from (no record, no end-of-partition
 event) for ``stall_after_s`` (counted from when the loop last held it back, if it did): then it
-asks for the partition's end (one ``ListOffsets`` request), and if the consumer's position is
-behind it, the partition is *stalled*. It is logged as a warning, counted in
+asks for the partition's end (one ``ListOffsets`` request for all the partitions gone quiet
+at once: each request waits behind the consumer's own fetch on its connection, up to
+``fetch.wait.max.ms``), and if the consumer's position is behind it, the partition is
+*stalled*. It is logged as a warning, counted in
 ``ocrstream_consumer_fetch_stalls_total{agent,topic}``, resumed (a no-op unless librdkafka held
 it paused) and sent back (``seek``) to its position: the first offset the loop has not been
 handed, so nothing is read twice. A partition still behind at the same position and end is not
@@ -46,6 +48,8 @@ from ocrstream.streams.metrics import Metrics
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
+# ListOffsets' timestamps for a log's end and its start (offsets_for_times)
+LATEST, EARLIEST = -1, -2
 
 
 class FetchWatch:
@@ -92,15 +96,14 @@ class FetchWatch:
         """:meth:`assigned` for a consumer the loop ``assign()``-ed itself: each partition
         starts at its offset; ``OFFSET_END`` is looked up now (the end as the loop took it),
         ``OFFSET_BEGINNING`` is the log's start."""
+        assignment = list(assignment)
         starts: dict[TP, int] = {}
         for tp in assignment:
-            key = (tp.topic, tp.partition)
             if tp.offset >= 0 or tp.offset == OFFSET_BEGINNING:
-                starts[key] = tp.offset
-            elif tp.offset == OFFSET_END:
-                part = TopicPartition(tp.topic, tp.partition)
-                starts[key] = self.consumer.get_watermark_offsets(part, timeout=self.timeout_s,
-                                                                  cached=False)[1]  # fmt: skip
+                starts[(tp.topic, tp.partition)] = tp.offset
+        at_end = [(tp.topic, tp.partition) for tp in assignment if tp.offset == OFFSET_END]
+        if at_end:
+            starts.update(self._log_offsets(at_end, LATEST))
         self.assigned(((tp.topic, tp.partition) for tp in assignment), starts)
 
     def forget(self, tps: Iterable[TP]) -> None:
@@ -134,17 +137,19 @@ class FetchWatch:
         for tp in held & self._heard.keys():  # the wait counts from when the loop lets it go
             self._heard[tp] = now
         quiet = [tp for tp, at in self._heard.items() if now - at >= self.stall_after_s]
+        if not quiet:
+            return []
+        try:
+            stalled = self._behind(quiet)
+        except KafkaException as e:
+            # The broker did not answer: while it is away every partition goes quiet. Ask
+            # again after stall_after_s.
+            log.debug("fetch watch: cannot read the ends of %d partitions: %s", len(quiet), e)
+            self._next = now + max(self.interval_s, self.stall_after_s)
+            return []
         sent: list[TP] = []
         for tp in quiet:
-            try:
-                behind = self._behind(tp)
-            except KafkaException as e:
-                # The broker did not answer: while it is away every partition goes quiet, and
-                # asking for each in turn would hold the loop timeout_s a partition. Ask again
-                # after stall_after_s.
-                log.debug("fetch watch: cannot read %s[%d]'s end: %s", *tp, e)
-                self._next = now + max(self.interval_s, self.stall_after_s)
-                break
+            behind = stalled.get(tp)
             if behind is None:
                 self._heard[tp] = now  # caught up: the wait starts again
                 self._acted.pop(tp, None)
@@ -157,20 +162,40 @@ class FetchWatch:
             sent.append(tp)
         return sent
 
-    def _behind(self, tp: TP) -> tuple[int, int] | None:
-        """(position, end) where the partition has records the loop was not handed, else None."""
-        part = TopicPartition(*tp)
-        low, high = self.consumer.get_watermark_offsets(part, timeout=self.timeout_s,
-                                                        cached=False)  # fmt: skip
-        position = self.consumer.position([part])[0].offset
-        if position == OFFSET_INVALID or position < 0:  # nothing handed over yet
-            if tp in self._start:
-                position = low if self._start[tp] == OFFSET_BEGINNING else self._start[tp]
+    def _behind(self, tps: list[TP]) -> dict[TP, tuple[int, int]]:
+        """(position, end) of each of ``tps`` that has records the loop was not handed."""
+        ends = self._log_offsets(tps, LATEST)
+        parts = [TopicPartition(*tp) for tp in tps]
+        at = {(p.topic, p.partition): p.offset for p in self.consumer.position(parts)}
+        # nothing handed over yet: where the loop assigned it, else the group's offset
+        ask = [
+            tp for tp in tps if (at[tp] == OFFSET_INVALID or at[tp] < 0) and tp not in self._start
+        ]
+        if ask:
+            found = self.consumer.committed(
+                [TopicPartition(*tp) for tp in ask], timeout=self.timeout_s
+            )
+            at.update({(p.topic, p.partition): p.offset for p in found})
+        position: dict[TP, int | None] = {}  # None: the log's start
+        for tp in tps:
+            if at[tp] >= 0:
+                position[tp] = at[tp]
+            elif tp in self._start and self._start[tp] != OFFSET_BEGINNING:
+                position[tp] = self._start[tp]
             else:
-                committed = self.consumer.committed([part], timeout=self.timeout_s)[0].offset
-                position = committed if committed >= 0 else low
-        position = max(position, low)  # records below the log's start are gone
-        return (position, high) if position < high else None
+                position[tp] = None
+        # records below the log's start are gone: asked only where it may matter
+        behind = [tp for tp in tps if (position[tp] or 0) < ends[tp]]
+        starts = self._log_offsets(behind, EARLIEST) if behind else {}
+        out: dict[TP, tuple[int, int]] = {}
+        for tp in behind:
+            start = max(position[tp] or 0, starts[tp])
+            if start < ends[tp]:
+                out[tp] = (start, ends[tp])
+        return out
+
+    def _log_offsets(self, tps: list[TP], which: int) -> dict[TP, int]:
+        return log_offsets(self.consumer, tps, which, self.timeout_s)
 
     def _send_back(self, tp: TP, position: int, end: int, quiet_s: float) -> None:
         log.warning(
@@ -186,3 +211,22 @@ class FetchWatch:
             self.consumer.seek(part)
         except KafkaException as e:
             log.warning("%s: could not send %s[%d] back to %d: %s", self.agent, *tp, position, e)
+
+
+def log_offsets(consumer: Any, tps: Iterable[TP], which: int, timeout_s: float) -> dict[TP, int]:
+    """Where each of ``tps``' logs ends (``LATEST``: for a ``read_committed`` consumer, the
+    last stable offset) or starts (``EARLIEST``), asked in one request. Asked a partition at a
+    time (``get_watermark_offsets``), each question waits behind the consumer's own fetch on the
+    broker's connection (``fetch.wait.max.ms``, 500 ms): an OCR worker's 64 quiet partitions
+    held its loop 32 s a check, and a page sent to a worker idle for longer than the watch's
+    ``stall_after_s`` took two minutes (sessions 40-41). Raises ``KafkaException`` where the
+    broker did not answer for a partition."""
+    asked = [TopicPartition(topic, partition, which) for topic, partition in tps]
+    if not asked:
+        return {}
+    out: dict[TP, int] = {}
+    for tp in consumer.offsets_for_times(asked, timeout=timeout_s):
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[(tp.topic, tp.partition)] = tp.offset
+    return out

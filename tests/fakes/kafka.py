@@ -103,6 +103,17 @@ class FakeConsumer:
     ) -> tuple[int, int]:
         return 0, self.next_offset.get(tp.partition, 0)
 
+    def offsets_for_times(
+        self, tps: list[TopicPartition], timeout: float = 0.0
+    ) -> list[TopicPartition]:
+        """Only the log's end (-1) and start (-2), as a fetch watch asks them."""
+        assert all(tp.offset in (-1, -2) for tp in tps), "timestamps are not kept here"
+        out = []
+        for tp in tps:
+            low, high = self.get_watermark_offsets(tp)
+            out.append(TopicPartition(tp.topic, tp.partition, high if tp.offset == -1 else low))
+        return out
+
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
         def at(p: int) -> int:
             queue = self.queues[p]

@@ -328,3 +328,61 @@ def test_a_documents_event_stream_survives_a_stalled_partition(
         {"agent": "api-events", "topic": kafka.topic(t.DOCUMENTS)},
     )
     assert stalls == 1.0
+
+
+def test_a_loop_on_many_quiet_partitions_is_not_held_by_its_watch(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """An OCR worker subscribes to ``ocr.pages.v1``'s 64 partitions. Idle, they all go quiet,
+    and the watch asks where their logs end: every question waits behind the consumer's own
+    fetch on its connection (``fetch.wait.max.ms``, 500 ms), and asked one partition at a time
+    they held the worker's loop for 32 s a check, so a page sent to an idle worker took two
+    minutes and a SIGTERM waited a check out (session 41). Asked at once, a check is one wait."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = kafka_settings.topic(f"quiet-{uuid.uuid4().hex[:8]}")
+    admin = AdminClient(kafka_settings.librdkafka())
+    admin.create_topics([NewTopic(topic, 64, 1)])[topic].result(30)
+    consumer = Consumer(kafka_settings.librdkafka(**{
+        "group.id": topic,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }))  # fmt: skip
+    watch = FetchWatch(consumer, None, "test", stall_after_s=1.0, interval_s=0.2)
+    assigned: list[int] = []
+
+    def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:
+        watch.assigned((p.topic, p.partition) for p in parts)
+        assigned.extend(p.partition for p in parts)
+
+    consumer.subscribe([topic], on_assign=on_assign)
+    try:
+        deadline = time.monotonic() + 60
+        while len(assigned) < 64 and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert len(assigned) == 64
+        # Quiet for a while, the loop turning as a worker's does: poll, then check.
+        turns: list[float] = []
+        quiet_until = time.monotonic() + 6
+        while time.monotonic() < quiet_until:
+            start = time.monotonic()
+            consumer.poll(0.1)
+            watch.check()
+            turns.append(time.monotonic() - start)
+        # 64 questions one at a time held a turn 30 s; at once, one fetch's wait (0.5 s)
+        assert max(turns) < 5, f"a turn of the loop was held {max(turns):.1f} s"
+        producer = Producer(kafka_settings.librdkafka())
+        producer.produce(topic, key=b"page", value=b"v", partition=37)
+        assert producer.flush(30) == 0
+        deadline = time.monotonic() + 20
+        got = None
+        while got is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            watch.check()
+            if msg is not None and msg.error() is None:
+                got = msg
+        assert got is not None
+        assert got.partition() == 37
+    finally:
+        consumer.close()
+        admin.delete_topics([topic])[topic].result(30)

@@ -92,9 +92,9 @@ class BrokerAway(FakeConsumer):
         super().__init__()
         self.asked = 0
 
-    def get_watermark_offsets(
-        self, tp: TopicPartition, timeout: float = 0.0, cached: bool = False
-    ) -> tuple[int, int]:
+    def offsets_for_times(
+        self, tps: list[TopicPartition], timeout: float = 0.0
+    ) -> list[TopicPartition]:
         self.asked += 1
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
 
@@ -152,3 +152,33 @@ def test_a_partition_never_fetched_goes_back_to_where_the_loop_assigned_it() -> 
     clock.now += STALL_S + 5
     assert sorted(watch.check()) == [(PAGES, 0), (PAGES, 1), (PAGES, 2)]
     assert sorted(consumer.seeks) == [(0, 3), (1, 3), (2, 0)]
+
+
+class Counting(FakeConsumer):
+    """Counts the questions about where logs end or start, and the partitions in each."""
+
+    def __init__(self) -> None:
+        super().__init__(partitions=8)
+        self.asked: list[tuple[int, int]] = []  # (timestamp, partitions)
+
+    def offsets_for_times(
+        self, tps: list[TopicPartition], timeout: float = 0.0
+    ) -> list[TopicPartition]:
+        self.asked.append((tps[0].offset, len(tps)))
+        return super().offsets_for_times(tps, timeout)
+
+
+def test_quiet_partitions_are_asked_about_in_one_request_not_one_each() -> None:
+    """A consumer's questions wait behind its fetch on the same connection (500 ms each on a
+    quiet topic): a worker's 64 quiet partitions, asked one at a time, held its loop for 32 s.
+    Where the log starts is asked only for a partition behind its end."""
+    consumer = Counting()
+    watch, clock, _ = _watch(consumer)
+    watch.assigned([(PAGES, p) for p in range(8)])
+    clock.now += STALL_S
+    assert watch.check() == []
+    assert consumer.asked == [(-1, 8)]  # the ends of all eight, at once; none behind
+    consumer.push(3, b"k", b"v")  # a record the loop is never handed: a stall
+    clock.now += STALL_S
+    assert watch.check() == [(PAGES, 3)]
+    assert consumer.asked[1:] == [(-1, 8), (-2, 1)]
