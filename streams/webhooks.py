@@ -55,7 +55,7 @@ from ocrstream.schemas.records import DocumentEvent
 from ocrstream.settings import KafkaSettings, WebhookSettings
 from ocrstream.streams import topics as t
 from ocrstream.streams.dlq import dead_letter
-from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.fetch_watch import LATEST, FetchWatch, log_offsets
 from ocrstream.streams.membership import commit_stored, leave_group
 from ocrstream.streams.metrics import Metrics
 from ocrstream.streams.offsets import OffsetTracker
@@ -364,17 +364,14 @@ class WebhookAgent:
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.watch.assigned((tp.topic, tp.partition) for tp in partitions)
-        for tp in partitions:
-            key = (tp.topic, tp.partition)
-            self.assigned.add(key)
-            if tp.topic == self.retry:
-                try:
-                    _low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
-                except KafkaException as e:
-                    log.warning("no watermark for %s[%d] (%s): waiting for its end", *key, e)
-                    high = 1 << 62
-                if high > 0:
-                    self.ends[key] = high
+        self.assigned.update((tp.topic, tp.partition) for tp in partitions)
+        retry = [(tp.topic, tp.partition) for tp in partitions if tp.topic == self.retry]
+        try:  # in one request: asked one at a time, each waits behind the consumer's fetch
+            ends = log_offsets(consumer, retry, LATEST, 10)
+        except KafkaException as e:
+            log.warning("no log end for %s (%s): waiting for their ends", retry, e)
+            ends = dict.fromkeys(retry, 1 << 62)
+        self.ends.update({key: end for key, end in ends.items() if end > 0})
         log.info("assigned %s", sorted(f"{tp.topic}[{tp.partition}]" for tp in partitions))
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:

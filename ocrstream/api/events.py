@@ -37,7 +37,7 @@ from ocrstream.schemas.codec import Codec
 from ocrstream.schemas.records import DocumentEvent, DocumentProgress, PageResult
 from ocrstream.settings import KafkaSettings
 from ocrstream.streams import topics
-from ocrstream.streams.fetch_watch import FetchWatch
+from ocrstream.streams.fetch_watch import LATEST, FetchWatch, log_offsets
 from ocrstream.streams.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -162,11 +162,13 @@ def stream(
             if isinstance(record, DocumentEvent):
                 if held is None:  # a second terminal record (a redelivery): the first stands
                     held, held_at = record, offset
-                    ends = {
-                        (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10)[1]
-                        for tp in start
-                        if kind_of[tp.topic] != KINDS[topics.DOCUMENTS]
-                    }
+                    ends = log_offsets(  # in one request: each waits behind a fetch
+                        consumer,
+                        ((tp.topic, tp.partition) for tp in start
+                         if kind_of[tp.topic] != KINDS[topics.DOCUMENTS]),
+                        LATEST,
+                        10,
+                    )  # fmt: skip
                     drain_until = time.monotonic() + DRAIN_S
                 continue
             setattr(position, kind, offset)
