@@ -70,6 +70,7 @@ from ocrstream.processors.ocr.backends.base import Backend, InferSession
 from ocrstream.processors.ocr.backends.choice import SharedChoices
 from ocrstream.processors.ocr.geometry import (
     NEIGHBOUR_OVERLAP,
+    RecQuads,
     grow_for_rec,
     rotate_page,
     rotate_small,
@@ -587,8 +588,8 @@ class OcrEngine:
                 turns = 3
             else:
                 page.crops = [  # the columns' punctuation set where rec reads it
-                    marks_set_across(crop) if stands(box.quad) else crop
-                    for crop, box in zip(page.crops, page.boxes, strict=True)
+                    marks_set_across(crop) if stands(quad) else crop  # cut standing
+                    for crop, quad in zip(page.crops, self._cut_quads(page).quads, strict=True)
                 ]
                 page.charge("orientation", start)
                 continue
@@ -779,12 +780,17 @@ class OcrEngine:
             for j, i in enumerate(idx):
                 one(j, i)
 
+    def _cut_quads(self, page: _Page) -> RecQuads:
+        """The quads the page's lines are cut from for rec (geometry.grow_for_rec)."""
+        assert page.image is not None
+        h, w = page.image.shape[:2]
+        return grow_for_rec([box.quad for box in page.boxes], self.rec_params.crop_margin, w, h)
+
     def _crops(self, page: _Page) -> list[ImageBGR]:
         """The page's boxes cut out, rectified and resized to rec's height."""
         assert page.image is not None
         image, params = page.image, self.rec_params
-        h, w = image.shape[:2]
-        quads, heights = grow_for_rec([box.quad for box in page.boxes], params.crop_margin, w, h)
+        quads, heights = self._cut_quads(page)
         return [
             rec_mod.crop_line(image, quad, params, tall)
             for quad, tall in zip(quads, heights, strict=True)

@@ -131,18 +131,20 @@ def _widest(lines: Sequence[ImageBGR], widest: int) -> list[ImageBGR]:
 
 
 class _Mark(NamedTuple):
-    """A small mark in a line crop: its columns and rows, and whether it sits high."""
+    """A run of ink between blank columns in a line crop: its columns, its rows, and whether
+    it is a small mark (no wider than 0.6 and no taller than 0.5 of the text's height) in
+    the upper half of the text (``high``) or in the lower half (``low``); a character is
+    neither."""
 
     start: int
     end: int
     first: int
     last: int
-    small: bool
     high: bool
     low: bool
 
 
-def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, int, npt.NDArray[np.uint8]]:
+def _ink_runs(line: ImageBGR) -> tuple[list[_Mark], int, int, npt.NDArray[np.uint8]]:
     """The line crop's ink between blank columns, the top and bottom rows of its text (the
     bottom exclusive), and its ink."""
     gray = cv2.cvtColor(line, cv2.COLOR_BGR2GRAY) if line.ndim == 3 else line
@@ -168,7 +170,7 @@ def _small_marks(line: ImageBGR) -> tuple[list[_Mark], int, int, npt.NDArray[np.
         small = end - start <= 0.6 * text and last - first <= 0.5 * text
         high = small and last <= top + 0.5 * text
         low = small and first >= top + 0.5 * text
-        marks.append(_Mark(start, end, first, last, small, high, low))
+        marks.append(_Mark(start, end, first, last, high, low))
     return marks, top, top + text, all_ink
 
 
@@ -177,7 +179,7 @@ def small_marks(line: ImageBGR) -> tuple[int, int]:
     in the lower half: ink between two blank columns no wider than 0.6 and no taller than
     0.5 of the text's height (punctuation, small kana, dots), leaving out ink cut by the
     crop's top or bottom edge (a neighbouring line's or column's)."""
-    marks, _, _, _ = _small_marks(line)
+    marks, _, _, _ = _ink_runs(line)
     return sum(mark.high for mark in marks), sum(mark.low for mark in marks)
 
 
@@ -190,7 +192,7 @@ def marks_set_across(line: ImageBGR) -> ImageBGR:
     and are read as ``’`` or not at all. Two high marks less than :data:`PAIR_REACH` of the
     text's height apart are a colon's dots (or a semicolon's), which rec reads where they
     are (moved down, as ``.``), and are left (docs/benchmarks.md, session 40)."""
-    marks, top, bottom, ink = _small_marks(line)
+    marks, top, bottom, ink = _ink_runs(line)
     if not any(mark.high for mark in marks):
         return line
     out = line.copy()
