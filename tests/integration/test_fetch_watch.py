@@ -33,6 +33,22 @@ def _stalls(metrics: Metrics, topic: str) -> float:
     return value or 0.0
 
 
+def _subscribe(consumer: Consumer, watch: FetchWatch, topic: str, partitions: int) -> list[int]:
+    """Subscribes ``consumer`` to ``topic``, telling ``watch`` what it is assigned; the
+    partitions it got once it has ``partitions`` of them (or a minute has gone)."""
+    assigned: list[int] = []
+
+    def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:
+        watch.assigned((p.topic, p.partition) for p in parts)
+        assigned.extend(p.partition for p in parts)
+
+    consumer.subscribe([topic], on_assign=on_assign)
+    deadline = time.monotonic() + 60
+    while len(assigned) < partitions and time.monotonic() < deadline:
+        consumer.poll(0.2)
+    return sorted(assigned)
+
+
 def test_a_partition_the_consumer_stopped_fetching_is_fetched_again_from_its_position(
     topics: KafkaSettings,
 ) -> None:
@@ -45,18 +61,8 @@ def test_a_partition_the_consumer_stopped_fetching_is_fetched_again_from_its_pos
     }))  # fmt: skip
     metrics = Metrics()
     watch = FetchWatch(consumer, metrics, "test", stall_after_s=STALL_S, interval_s=0.2)
-    assigned: list[int] = []
-
-    def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:
-        watch.assigned((p.topic, p.partition) for p in parts)
-        assigned.extend(p.partition for p in parts)
-
-    consumer.subscribe([topic], on_assign=on_assign)
     try:
-        deadline = time.monotonic() + 60
-        while sorted(assigned) != [0, 1] and time.monotonic() < deadline:
-            consumer.poll(0.2)
-        assert sorted(assigned) == [0, 1]
+        assert _subscribe(consumer, watch, topic, 2) == [0, 1]
         # The stall: librdkafka stops fetching partition 0, the loop not knowing. And the
         # loop holds partition 1 back itself (as for back-pressure): not the watch's to touch.
         consumer.pause([TopicPartition(topic, 0), TopicPartition(topic, 1)])
@@ -349,18 +355,8 @@ def test_a_loop_on_many_quiet_partitions_is_not_held_by_its_watch(
         "enable.auto.commit": False,
     }))  # fmt: skip
     watch = FetchWatch(consumer, None, "test", stall_after_s=1.0, interval_s=0.2)
-    assigned: list[int] = []
-
-    def on_assign(_c: Consumer, parts: list[TopicPartition]) -> None:
-        watch.assigned((p.topic, p.partition) for p in parts)
-        assigned.extend(p.partition for p in parts)
-
-    consumer.subscribe([topic], on_assign=on_assign)
     try:
-        deadline = time.monotonic() + 60
-        while len(assigned) < 64 and time.monotonic() < deadline:
-            consumer.poll(0.2)
-        assert len(assigned) == 64
+        assert _subscribe(consumer, watch, topic, 64) == list(range(64))
         # Quiet for a while, the loop turning as a worker's does: poll, then check.
         turns: list[float] = []
         quiet_until = time.monotonic() + 6
