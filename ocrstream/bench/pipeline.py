@@ -80,6 +80,9 @@ def format_report(r: dict[str, Any]) -> str:
             eng_s, over = probe["engine_s"], probe["overhead_s"]
             line += (f"; of which the engine p50 {eng_s['p50']:.2f} s, the pipeline "
                      f"p50 {over['p50']:.2f} s (max {over['max']:.2f} s)")  # fmt: skip
+        if probe.get("idle_before_last_s") and probe.get("latency_s"):
+            line += (f"; the last, after {probe['idle_before_last_s']:.0f} s idle, "
+                     f"{probe['latency_s'][-1]:.2f} s")  # fmt: skip
         rows.append(line)
     rss = r.get("splitter_rss")
     if rss:
@@ -110,6 +113,10 @@ _OPTIONS = [
                  help="Autoscaler scale-down stabilisation window, seconds."),
     click.option("--latency-probe", type=click.IntRange(min=0), default=5, show_default=True,
                  help="One-page documents sent one at a time at idle."),
+    click.option("--idle-probe", "idle_probe", type=click.FloatRange(min=0), default=40.0,
+                 show_default=True,
+                 help="Seconds the last probe document waits first, the pipeline idle "
+                      "(longer than OCRSTREAM_KAFKA_FETCH_STALL_S); 0: 1 s as the others."),
     click.option("--splitter-rss-pages", type=click.IntRange(min=0), default=0,
                  help="Also the splitter's peak RSS on a scan of this many pages (e.g. 2000)."),
     click.option("--engine/--no-engine", default=True, show_default=True,
@@ -143,10 +150,10 @@ def _options(f: Any) -> Any:
 def pipeline(
     documents: int, pages_per_doc: int, dataset: Path | None, synthetic: bool, dpi: int,
     workers: int, autoscale: bool, min_workers: int, max_workers: int, lag_threshold: int,
-    cooldown: float, stabilization: float, latency_probe: int, splitter_rss_pages: int,
-    engine: bool, partitions_scale: float, timeout: float, tail: float, no_infra: bool,
-    no_metrics_ports: bool, keep: bool, workdir: Path | None, plot: Path | None,
-    json_out: Path | None,
+    cooldown: float, stabilization: float, latency_probe: int, idle_probe: float,
+    splitter_rss_pages: int, engine: bool, partitions_scale: float, timeout: float,
+    tail: float, no_infra: bool, no_metrics_ports: bool, keep: bool, workdir: Path | None,
+    plot: Path | None, json_out: Path | None,
 ) -> None:  # fmt: skip
     """Pages/s through Kafka against the engine alone, latency, zero loss, splitter memory."""
     from ocrstream.cli.bench import _command_line
@@ -159,7 +166,8 @@ def pipeline(
         documents=documents, pages_per_doc=pages_per_doc, dataset=dataset, dpi=dpi,
         workers=workers, autoscale=autoscale, min_workers=min_workers, max_workers=max_workers,
         lag_threshold=lag_threshold, cooldown_s=cooldown, stabilization_s=stabilization,
-        latency_probe=latency_probe, splitter_rss_pages=splitter_rss_pages, engine=engine,
+        latency_probe=latency_probe, idle_probe_s=idle_probe,
+        splitter_rss_pages=splitter_rss_pages, engine=engine,
         partitions_scale=partitions_scale, timeout_s=timeout, tail_s=tail,
         infra=not no_infra, metrics_ports=not no_metrics_ports, keep=keep,
     )  # fmt: skip

@@ -175,6 +175,7 @@ def test_report_states_the_targets() -> None:
         "ratio": 0.75,
         "zero_loss": zero_loss({"a": 3}, [event("a")], 0),
         "latency_probe": {"documents": 2, "summary": percentiles([1.5, 2.0]),
+                          "latency_s": [1.5, 2.0], "idle_before_last_s": 40.0,
                           "engine_s": percentiles([1.0, 1.2]),
                           "overhead_s": percentiles([0.5, 0.8])},
         "splitter_rss": {"peak_mb": 180.0, "base_mb": 170.0, "pages": 2000,
@@ -185,6 +186,7 @@ def test_report_states_the_targets() -> None:
     assert "75.0% (below the 90% target)" in text
     assert "zero loss        OK" in text
     assert "the pipeline p50 0.50 s" in text
+    assert "the last, after 40 s idle, 2.00 s" in text
     assert "peak 180 MB" in text
 
 
