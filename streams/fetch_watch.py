@@ -102,8 +102,7 @@ class FetchWatch:
             if tp.offset >= 0 or tp.offset == OFFSET_BEGINNING:
                 starts[(tp.topic, tp.partition)] = tp.offset
         at_end = [(tp.topic, tp.partition) for tp in assignment if tp.offset == OFFSET_END]
-        if at_end:
-            starts.update(self._log_offsets(at_end, LATEST))
+        starts.update(log_offsets(self.consumer, at_end, LATEST, self.timeout_s))
         self.assigned(((tp.topic, tp.partition) for tp in assignment), starts)
 
     def forget(self, tps: Iterable[TP]) -> None:
@@ -164,7 +163,7 @@ class FetchWatch:
 
     def _behind(self, tps: list[TP]) -> dict[TP, tuple[int, int]]:
         """(position, end) of each of ``tps`` that has records the loop was not handed."""
-        ends = self._log_offsets(tps, LATEST)
+        ends = log_offsets(self.consumer, tps, LATEST, self.timeout_s)
         parts = [TopicPartition(*tp) for tp in tps]
         at = {(p.topic, p.partition): p.offset for p in self.consumer.position(parts)}
         # nothing handed over yet: where the loop assigned it, else the group's offset
@@ -186,16 +185,13 @@ class FetchWatch:
                 position[tp] = None
         # records below the log's start are gone: asked only where it may matter
         behind = [tp for tp in tps if (position[tp] or 0) < ends[tp]]
-        starts = self._log_offsets(behind, EARLIEST) if behind else {}
+        starts = log_offsets(self.consumer, behind, EARLIEST, self.timeout_s)
         out: dict[TP, tuple[int, int]] = {}
         for tp in behind:
             start = max(position[tp] or 0, starts[tp])
             if start < ends[tp]:
                 out[tp] = (start, ends[tp])
         return out
-
-    def _log_offsets(self, tps: list[TP], which: int) -> dict[TP, int]:
-        return log_offsets(self.consumer, tps, which, self.timeout_s)
 
     def _send_back(self, tp: TP, position: int, end: int, quiet_s: float) -> None:
         log.warning(
