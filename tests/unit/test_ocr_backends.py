@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
 from ocrstream.errors import FatalError
 from ocrstream.processors.ocr.backends import create, resolve, session_options
 from ocrstream.processors.ocr.backends.base import SessionOptions
-from ocrstream.processors.ocr.models import load_model_set
+from ocrstream.processors.ocr.models import ctc_best_model, load_model_set
 from ocrstream.settings import OcrSettings
 
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
@@ -100,6 +101,41 @@ def test_openvino_keeps_the_compiled_model_for_the_next_process(tmp_path):
     cached = OpenVinoBackend().load(det, "det", SessionOptions(threads=1, cache_dir=tmp_path))
     plain = OpenVinoBackend().load(det, "det", SessionOptions(threads=1))
     np.testing.assert_allclose(cached.run(x), plain.run(x), atol=1e-5)
+
+
+def _runs_bf16() -> bool:
+    import openvino as ov
+
+    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+@pytest.mark.parametrize("model", ["ppocrv6-tiny", "ppocrv6-small"])
+def test_a_model_compiled_in_f32_then_in_bf16_in_one_cache_runs_in_each(tmp_path, model):
+    """OpenVINO names a compiled blob by the model file alone: with one cache folder, a
+    session in bf16 loaded the blob an f32 session had compiled (on an Intel Xeon with AMX,
+    v6 small's rec then read garbage). Each precision must read as it does without a cache,
+    in whichever order they were compiled."""
+    import numpy as np
+
+    from ocrstream.processors.ocr.backends.openvino_backend import OpenVinoBackend
+
+    if not _runs_bf16():
+        pytest.skip("this CPU has no bf16 for OpenVINO to run (no AVX512_BF16 or AMX)")
+    rec = ctc_best_model(load_model_set(model).rec_path, tmp_path, "openvino")
+    assert rec is not None
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 320)).astype(np.float32)
+
+    def read(precision: str, cache: Path | None) -> np.ndarray:
+        options = SessionOptions(threads=1, precision=precision, cache_dir=cache)
+        return OpenVinoBackend().load(rec[0], "rec", options).run(x)
+
+    plain = {p: read(p, None) for p in ("fp32", "bf16")}
+    assert not np.array_equal(plain["fp32"], plain["bf16"]), "bf16 read as f32 does"
+    for order in (("fp32", "bf16"), ("bf16", "fp32")):
+        cache = tmp_path / "-".join(order)
+        for precision in order:
+            np.testing.assert_array_equal(read(precision, cache), plain[precision])
 
 
 @pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")

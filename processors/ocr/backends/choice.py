@@ -122,8 +122,9 @@ BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
 # and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded; 6 no
 # new shapes (warm times alone); 7 rec on two large batches, each split over the streams; 8
-# rec's new shapes weighed as much as its warm runs (as det's still are)
-FORMAT = 9
+# rec's new shapes weighed as much as its warm runs (as det's still are); 9 timed bf16 on the
+# blob OpenVINO's cache held from the f32 candidate's compile (openvino_backend.blob_folder)
+FORMAT = 10
 # How much the run of the new-shape inputs weighs beside the warm run, per stage: how often the
 # engine meets a shape for the first time. Det: most pages of a first batch of receipts are a
 # shape of their own (31 shapes in 50 receipts), so as much as the warm run. Rec, one line per

@@ -7,6 +7,14 @@ shape range) and compiled from that path with OpenVINO's model cache in ``openvi
 process, a restarted worker or the next ``ocrstream ocr``, then neither reads the ONNX file nor
 compiles, it loads the compiled blob (start-up: ~1.1 s less for det + rec on 2 vCPU).
 
+Compiled blobs are kept apart by precision (``openvino/f32/``, ``openvino/bf16/``): OpenVINO
+2026.4's CPU plugin names a blob by the model file alone, whatever ``INFERENCE_PRECISION_HINT``
+the model is compiled with, so with one folder the first compile of a model decided the blob
+every later process got at either precision. A bf16 session given a blob compiled in f32 read
+garbage on an Intel Xeon with AMX (v6 small's rec: 671 of 680 time steps changed, CER 0.997 on
+receipts, docs/benchmarks.md, session 42), and an f32 session given a bf16 blob would have run
+in bf16 unasked.
+
 With ``SessionOptions.streams`` = 1 (det) the model is compiled with the LATENCY hint: one
 request, all threads on it. With 2 (rec, which the engine runs as many batches) it is compiled
 for THROUGHPUT with that many streams and as many requests, and ``run`` may be called from that
@@ -76,12 +84,11 @@ class OpenVinoSession:
             shape = dynamic_shape(kind, options)
             if model_path.suffix == ".xml":  # IR made for this shape range (the int8 models)
                 if options.cache_dir is not None:
-                    config["CACHE_DIR"] = str(Path(options.cache_dir) / "openvino")
+                    config["CACHE_DIR"] = str(blob_folder(options.cache_dir, config))
                 self._compiled = core.compile_model(str(model_path), "CPU", config)
             elif options.cache_dir is not None:
                 cache = Path(options.cache_dir) / "openvino"
-                cache.mkdir(parents=True, exist_ok=True)
-                config["CACHE_DIR"] = str(cache)
+                config["CACHE_DIR"] = str(blob_folder(options.cache_dir, config))
                 ir = _ir_copy(core, model_path, shape, cache / "ir")
                 self._compiled = core.compile_model(str(ir), "CPU", config)
             else:
@@ -105,6 +112,12 @@ class OpenVinoSession:
             return np.array(request.get_output_tensor(0).data, dtype=np.float32)
         finally:
             self._requests.put(request)
+
+
+def blob_folder(cache_dir: Path, config: dict[str, Any]) -> Path:
+    """Where OpenVINO keeps the compiled blobs of models compiled with ``config``: a folder
+    per inference precision, since OpenVINO's own cache key leaves the precision out."""
+    return Path(cache_dir) / "openvino" / str(config["INFERENCE_PRECISION_HINT"])
 
 
 def _ir_copy(core: Any, model_path: Path, shape: Any, folder: Path) -> Path:
