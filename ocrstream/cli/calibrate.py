@@ -19,7 +19,13 @@ from ocrstream.settings import OcrBackend, OcrSettings
 def calibrate(model: str | None, threads: int | None) -> None:
     """Time det and rec on each installed CPU backend and keep the faster per stage for
     ``auto`` (engines started later on this machine with the same threads and models)."""
-    from ocrstream.processors.ocr.backends.choice import NEW_SHAPE_WEIGHT, choose, installed
+    from ocrstream.processors.ocr.backends.choice import (
+        AGREE,
+        NEW_SHAPE_WEIGHT,
+        REFERENCE,
+        choose,
+        installed,
+    )
     from ocrstream.processors.ocr.models import load_model_set
 
     update = {k: v for k, v in {"model": model, "threads": threads}.items() if v is not None}
@@ -43,19 +49,33 @@ def calibrate(model: str | None, threads: int | None) -> None:
         "shapes met for the first time (in brackets), that run weighed "
         + ", ".join(f"{stage} x{w:g}" for stage, w in NEW_SHAPE_WEIGHT.items())
     )
-    columns = list(dict.fromkeys(k for times in found.seconds.values() for k in times))
+    rows = [*found.seconds.values(), *found.refused.values()]
+    columns = list(dict.fromkeys(k for times in rows for k in times))
     click.echo("stage  " + "".join(f"{k:>15}" for k in columns) + "  auto")
     for stage, chosen in found.stages.items():
         row, fresh = found.seconds[stage], found.new_shape_seconds.get(stage, {})
-        times = "".join(
-            f"{_cell(row[k], fresh.get(k)):>15}" if k in row else f"{'-':>15}" for k in columns
-        )
+        refused = found.refused.get(stage, {})
+        times = "".join(f"{_cell(k, row, fresh, refused):>15}" for k in columns)
         click.echo(f"{stage:<7}{times}  {chosen}")
     click.echo(f"measured in {found.took_s:.1f} s; kept in {found.path}")
+    if any(found.refused.values()):
+        click.echo(
+            f"wrong N%: read text as {REFERENCE} does on N% of it, under the "
+            + ", ".join(f"{stage} {v:.0%}" for stage, v in AGREE.items())
+            + " needed: not timed, not used (a runtime that computes wrong on this CPU)"
+        )
     if OcrBackend(settings.backend) is not OcrBackend.AUTO:
         click.echo(f"note: OCRSTREAM_OCR_BACKEND={settings.backend.value} overrides this choice")
 
 
-def _cell(seconds: float, new: float | None) -> str:
-    """``total (new)`` in ms, or the total alone when the part is not known."""
-    return f"{seconds * 1000:.0f}" + (f" ({new * 1000:.0f})" if new is not None else "")
+def _cell(
+    key: str, seconds: dict[str, float], new: dict[str, float], refused: dict[str, float]
+) -> str:
+    """``total (new)`` in ms, the total alone when the part is not known, ``wrong N%`` for a
+    candidate refused for its reading, ``-`` for one not offered."""
+    if key in refused:
+        return f"wrong {refused[key]:.0%}"
+    if key not in seconds:
+        return "-"
+    part = new.get(key)
+    return f"{seconds[key] * 1000:.0f}" + (f" ({part * 1000:.0f})" if part is not None else "")

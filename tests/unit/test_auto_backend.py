@@ -597,6 +597,88 @@ def test_the_int8_profile_runs_its_fp32_rec_where_auto_measured_rec_fastest(
     assert {b.name for b in named.values()} == {"openvino"}
 
 
+class _Wrong(_Timed):
+    """A fast session that computes wrong: its output is its input turned upside down."""
+
+    def run(self, batch: np.ndarray) -> np.ndarray:
+        return -super().run(batch)
+
+
+def test_a_candidate_that_reads_text_wrong_is_refused_however_fast(
+    tmp_path: Path, both_installed: None, monkeypatch: pytest.MonkeyPatch
+):
+    """On an Intel Xeon with AMX, OpenVINO in bf16 read v6 small's receipts as garbage, 1.6x
+    faster than onnxruntime, and auto took it. A candidate whose warm-up on the text probes
+    reads otherwise than onnxruntime is not timed, not chosen, and the kept choice and
+    ``engine calibrate`` say so."""
+    from click.testing import CliRunner
+
+    from ocrstream.cli import main
+
+    monkeypatch.setattr(choice, "_cpuinfo", lambda: ("Some CPU", "avx512f amx_bf16"))
+    bf16 = choice.OPENVINO_BF16
+    made: dict[tuple[str, str], _Timed] = {}
+
+    def load(key: str, stage: str) -> _Timed:
+        slow = {"openvino": 0.03, "onnxruntime": 0.05, bf16: 0.01}[key]
+        made[(key, stage)] = (_Wrong if key == bf16 and stage == "rec" else _Timed)(slow, stage)
+        return made[(key, stage)]
+
+    settings = _settings(tmp_path)
+    found = choice.choose(settings, load_model_set("ppocrv6-tiny"), loader=load)
+    assert found.stages == {"det": bf16, "rec": "openvino"}
+    assert set(found.refused) == {"rec"}
+    assert found.refused["rec"][bf16] < choice.AGREE["rec"]
+    assert bf16 not in found.seconds["rec"]
+    # the warm-up alone: one run of each probe, no round
+    assert made[(bf16, "rec")].runs == len(choice.input_shapes(settings)["rec"])
+    kept = choice.choose(settings, load_model_set("ppocrv6-tiny"), loader=load)
+    assert not kept.measured
+    assert kept.refused == found.refused
+
+    monkeypatch.setenv("OCRSTREAM_OCR_ENGINE_CACHE_DIR", str(tmp_path / "cli"))
+    monkeypatch.setattr(choice, "default_loader", lambda settings, models: load)
+    args = ["engine", "calibrate", "--model", "ppocrv6-tiny", "--threads", "1"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rec = next(line for line in result.output.splitlines() if line.startswith("rec "))
+    assert f"wrong {found.refused['rec'][bf16]:.0%}" in rec
+    assert rec.split()[-1] == "openvino"
+
+
+def test_the_text_probes_are_text_the_models_read_and_noise_reads_apart(tmp_path: Path):
+    """What the check compares must be text the models read, or any two runtimes would
+    agree on blanks: rec reads the probe's words off its line, det marks the probe page's
+    lines and not the paper between them, and rec's reading of noise is far under AGREE."""
+    import difflib
+
+    from ocrstream.processors.ocr.backends import create_key, det_options, rec_options
+    from ocrstream.processors.ocr.models import ctc_best_model, det_logits_model
+
+    settings = OcrSettings(model="ppocrv6-tiny", threads=1)
+    models = load_model_set("ppocrv6-tiny")
+    shapes = {"det": [(1, 3, 320, 640)], "rec": [(1, 3, settings.rec_height, 960)]}
+    probes = choice.probe_inputs(shapes, models.det_mean, models.det_std)
+    det_path = det_logits_model(models.det_path, tmp_path) or models.det_path
+    rec = ctc_best_model(models.rec_path, tmp_path)
+    assert rec is not None
+    det = create_key("onnxruntime").load(det_path, "det", det_options(settings))
+    rec_session = create_key("onnxruntime").load(rec[0], "rec", rec_options(settings))
+    classes = choice._best_class(np.asarray(rec_session.run(probes["rec"][0])))[0]
+    steps = [int(c) for i, c in enumerate(classes) if c and (i == 0 or c != classes[i - 1])]
+    text = "".join(models.charset[c] for c in steps if c < len(models.charset))
+    assert len(text) >= 20
+    wanted = (choice.PROBE_TEXT * 3)[: len(text)]
+    assert difflib.SequenceMatcher(None, text, wanted).ratio() > 0.6, text
+    marked = choice._text_pixels(np.asarray(det.run(probes["det"][0])))[0, 0]
+    rows = marked.mean(axis=1)
+    assert 0.05 < marked.mean() < 0.6
+    assert (rows < 0.01).mean() > 0.2  # the paper between the lines is not text
+    noise = np.random.default_rng(1).uniform(-1, 1, probes["rec"][0].shape).astype(np.float32)
+    read = [rec_session.run(probes["rec"][0])]
+    assert choice.agreement("rec", [rec_session.run(noise)], read) < choice.AGREE["rec"]
+
+
 @needs_both
 def test_engine_calibrate_measures_again_and_prints_the_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -615,6 +697,8 @@ def test_engine_calibrate_measures_again_and_prints_the_table(
         for line in first.output.splitlines()
         if line
     }
+    # the runtimes installed here read the text probes alike: none is refused
+    assert "wrong" not in first.output, first.output
     header = rows["stage"][1:-1]
     # the two backends, and the bf16 candidate on a CPU with bf16 (for det and rec)
     assert header[:2] == ["openvino", "onnxruntime"]

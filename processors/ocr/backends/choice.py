@@ -76,6 +76,18 @@ so that a new user's first command on one page takes about a second, not twelve.
 worker, benchmark, ``engine calibrate`` or long ``ocrstream ocr`` measures and keeps the
 choice as before.
 
+**Read before timed.** A candidate is timed only if it reads as onnxruntime (:data:`REFERENCE`,
+the runtime the models are published for) does: its warm-up runs lines of text drawn with
+OpenCV's Hershey font at the shapes measured (:func:`probe_inputs`), and a candidate whose det
+marks other pixels as text (:data:`AGREE`: their IoU) or whose rec reads other classes on the
+time steps either reads a character on is refused, logged and named in the kept choice. On an
+Intel Xeon with AMX, OpenVINO in f32 read them as onnxruntime to the pixel and the class, and
+in bf16 0.993 (det) and 0.997-0.999 (rec) of them; the check is there for a runtime that
+computes wrong on a CPU nobody tried it on: there, OpenVINO in bf16 running a blob compiled in
+f32 read v6 small's receipts as garbage (nCER 0.997; 0% of the probes' classes) and ``auto``
+took it, 1.6x faster than onnxruntime (docs/benchmarks.md, session 42). The probes cost no
+run: they are the warm-up's input.
+
 ``OCRSTREAM_OCR_BACKEND=openvino|onnxruntime`` forces a backend: nothing is measured then.
 """
 
@@ -89,6 +101,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import platform
 import time
@@ -147,6 +160,14 @@ ROUNDS = 2
 # slower is no close race.
 DROP_ABOVE = 1.25
 DROP_MARGIN_S = 0.005
+# The candidate every other is checked against, where installed (else the first one racing)
+REFERENCE = "onnxruntime"
+# How much a candidate must read as the reference on the text probes to be timed: det, the IoU
+# of the pixels each marks as text; rec, the share of time steps with the same class among
+# those either reads a character on
+AGREE = {"det": 0.8, "rec": 0.8}
+# What the probes say, repeated to fill a line
+PROBE_TEXT = "Invoice 4821 of 2026-12-06: Total 1,234.56 EUR, paid by card. "
 # The timer every measurement reads: fake sessions in the tests advance a virtual one, so
 # what the race decides does not depend on how busy the machine running them is
 clock: Callable[[], float] = time.perf_counter
@@ -191,6 +212,9 @@ class Choice:
     new_shape_seconds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     # True: nothing measured or kept; :data:`PROVISIONAL` (``seconds`` is empty)
     provisional: bool = False
+    # stage -> backend key -> how much it read as the reference did, where too little to be
+    # timed (:data:`AGREE`); such a candidate has no ``seconds``
+    refused: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def installed() -> tuple[str, ...]:
@@ -327,11 +351,15 @@ def parse_kept(
             stage: {str(k): float(v) for k, v in data["new_shape_seconds"][stage].items()}
             for stage in STAGES
         }
+        refused = {
+            str(stage): {str(k): float(v) for k, v in row.items()}
+            for stage, row in data.get("refused", {}).items()
+        }
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         log.warning("auto backend: ignoring %s (%s); measuring again", where, e)
         return None
     return Choice(stages, seconds, fields, measured=False, took_s=0.0, path=path,
-                  new_shape_seconds=new)  # fmt: skip
+                  new_shape_seconds=new, refused=refused)  # fmt: skip
 
 
 def _encode(choice: Choice, key: str) -> str:
@@ -341,6 +369,7 @@ def _encode(choice: Choice, key: str) -> str:
         "stages": choice.stages,
         "seconds": choice.seconds,
         "new_shape_seconds": choice.new_shape_seconds,
+        "refused": choice.refused,
         "machine": choice.machine,
         "took_s": round(choice.took_s, 3),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -433,16 +462,18 @@ def choose(
             return provisional(fields, candidates, path)
         start = clock()
         load = loader or default_loader(settings, models)
-        seconds, new = measure(
+        shapes = input_shapes(settings)
+        seconds, new, refused = measure(
             stage_candidates(settings, candidates),
             load,
-            input_shapes(settings),
+            shapes,
             settings.rec_batch_pixels,
+            probe_inputs(shapes, models.det_mean, models.det_std),
         )
         took = clock() - start
         stages = {stage: min(seconds[stage], key=seconds[stage].__getitem__) for stage in STAGES}
         choice = Choice(stages, seconds, fields, measured=True, took_s=took, path=path,
-                        new_shape_seconds=new)  # fmt: skip
+                        new_shape_seconds=new, refused=refused)  # fmt: skip
         text = _encode(choice, key)
         if writable:
             try:
@@ -530,13 +561,19 @@ def measure(
     load: Loader,
     shapes: dict[str, list[tuple[int, ...]]],
     max_pixels: int,
-) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    probes: dict[str, list[npt.NDArray[np.float32]]] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Per stage and candidate (the same for every stage, or per stage): the best over the
     rounds it ran (:data:`ROUNDS`, fewer once :data:`DROP_ABOVE` drops it or it is the last
     left) of the time to run every input of ``shapes[stage]`` once warm, plus the mean over
     those rounds of the time to run once each the inputs of :func:`new_shapes`, which
     no session has met before (random values: the time of these networks does not depend on
-    them), weighed by :data:`NEW_SHAPE_WEIGHT`; and that second part alone, unweighed."""
+    them), weighed by :data:`NEW_SHAPE_WEIGHT`; that second part alone, unweighed; and the
+    candidates refused untimed, with how much they read as the reference did.
+
+    The warm-up runs ``probes`` (text, :func:`probe_inputs`, of the same shapes) where given:
+    a candidate whose output :func:`agreement` finds under :data:`AGREE` with
+    :data:`REFERENCE`'s is refused."""
     per_stage = candidates if isinstance(candidates, dict) else dict.fromkeys(STAGES, candidates)
     rng = np.random.default_rng(0)
     sessions = {(k, stage): load(k, stage) for stage in STAGES for k in per_stage[stage]}
@@ -548,6 +585,7 @@ def measure(
     best: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     new_sum: dict[str, dict[str, float]] = {stage: {} for stage in STAGES}
     rounds: dict[str, dict[str, int]] = {stage: {} for stage in STAGES}
+    refused: dict[str, dict[str, float]] = {}
 
     def so_far(stage: str, k: str) -> float:
         mean_new = new_sum[stage][k] / rounds[stage][k]
@@ -555,8 +593,21 @@ def measure(
 
     for stage in STAGES:
         racing = list(per_stage[stage])
-        for k in racing:
-            _run(sessions[(k, stage)], inputs[stage])  # warm-up: first-shape compilation
+        warm = probes[stage] if probes is not None else inputs[stage]
+        # warm-up: first-shape compilation, on the probes where given
+        read = {k: _run(sessions[(k, stage)], warm) for k in racing}
+        if probes is not None:
+            reference = REFERENCE if REFERENCE in racing else racing[0]
+            for k in racing:
+                agreed = agreement(stage, read[k], read[reference])
+                if agreed < AGREE[stage]:
+                    log.warning(
+                        "auto backend: %s %s reads text as %s does on %.0f%% of it (at least "
+                        "%.0f%% needed): not used on this machine", k, stage, reference,
+                        100 * agreed, 100 * AGREE[stage],
+                    )  # fmt: skip
+                    refused.setdefault(stage, {})[k] = round(agreed, 4)
+            racing = [k for k in racing if k not in refused.get(stage, {})]
         for n in range(ROUNDS):
             new_inputs = [rng.uniform(-1, 1, shape).astype(np.float32) for shape in fresh[n][stage]]
             order = racing if n % 2 == 0 else racing[::-1]
@@ -575,21 +626,86 @@ def measure(
             racing = [k for k in racing if so_far(stage, k) <= bar]
             if len(racing) == 1:
                 break
-    total = {stage: {k: round(so_far(stage, k), 4) for k in per_stage[stage]} for stage in STAGES}
-    return total, {
-        stage: {k: round(new_sum[stage][k] / rounds[stage][k], 4) for k in per_stage[stage]}
-        for stage in STAGES
-    }
+    timed = {stage: [k for k in per_stage[stage] if k in best[stage]] for stage in STAGES}
+    total = {stage: {k: round(so_far(stage, k), 4) for k in timed[stage]} for stage in STAGES}
+    return (
+        total,
+        {
+            stage: {k: round(new_sum[stage][k] / rounds[stage][k], 4) for k in timed[stage]}
+            for stage in STAGES
+        },
+        refused,
+    )
 
 
-def _run(session: InferSession, xs: list[npt.NDArray[np.float32]]) -> None:
+def _run(session: InferSession, xs: list[npt.NDArray[np.float32]]) -> list[Any]:
     """Run every input once as the engine does: one after the other on a session that runs
     one at a time (det); side by side on one with several requests (rec's streams; the inputs
-    already split and ordered for them by ``rec.plan_streams``)."""
+    already split and ordered for them by ``rec.plan_streams``). The outputs, in order."""
     n = max(1, int(getattr(session, "concurrency", 1)))
     if n == 1:
-        for x in xs:
-            session.run(x)
-        return
+        return [session.run(x) for x in xs]
     with ThreadPoolExecutor(n) as pool:
-        list(pool.map(session.run, xs))
+        return list(pool.map(session.run, xs))
+
+
+def probe_inputs(
+    shapes: dict[str, list[tuple[int, ...]]],
+    det_mean: tuple[float, float, float],
+    det_std: tuple[float, float, float],
+) -> dict[str, list[npt.NDArray[np.float32]]]:
+    """Black text on white at each of ``shapes``, normalised as the engine gives it to each
+    stage: det a page of lines ~30 px tall, rec one line filling the model's height."""
+    import cv2
+
+    from ocrstream.processors.ocr.det import DetParams, normalise
+
+    font, ink = cv2.FONT_HERSHEY_SIMPLEX, (0, 0, 0)
+    out: dict[str, list[npt.NDArray[np.float32]]] = {"det": [], "rec": []}
+    for n, _, h, w in shapes["det"]:
+        page = np.full((h, w, 3), 255, np.uint8)
+        for y in range(56, h - 16, 64):
+            cv2.putText(page, PROBE_TEXT * 8, (24, y), font, 1.0, ink, 2, cv2.LINE_AA)
+        x = normalise(page, (h, w), DetParams(mean=det_mean, std=det_std))
+        out["det"].append(np.repeat(x[None], n, axis=0))
+    for n, _, h, w in shapes["rec"]:
+        line = np.full((h, w, 3), 255, np.uint8)
+        text = PROBE_TEXT * (1 + w // 400)
+        stroke = max(1, h // 24)
+        cv2.putText(line, text, (4, round(0.7 * h)), font, h / 40, ink, stroke, cv2.LINE_AA)
+        x = line.transpose(2, 0, 1).astype(np.float32) / 127.5 - 1.0
+        out["rec"].append(np.repeat(x[None], n, axis=0))
+    return out
+
+
+def agreement(stage: str, outputs: list[Any], reference: list[Any]) -> float:
+    """How much ``outputs`` read as ``reference``: det, the IoU of the pixels each marks as
+    text (probability above DB's 0.3, from logits or probabilities); rec, the share of time
+    steps with the same best class among those where either reads a character (class 0 is
+    CTC's blank; the compact head's first column is the class). 1.0 where neither marks any."""
+    same = either = 0
+    for ours, theirs in zip(outputs, reference, strict=True):
+        a, b = np.asarray(ours, np.float32), np.asarray(theirs, np.float32)
+        if stage == "det":
+            text_a, text_b = _text_pixels(a), _text_pixels(b)
+            same += int(np.count_nonzero(text_a & text_b))
+            either += int(np.count_nonzero(text_a | text_b))
+        else:
+            class_a, class_b = _best_class(a), _best_class(b)
+            read = (class_a != 0) | (class_b != 0)
+            same += int(np.count_nonzero((class_a == class_b) & read))
+            either += int(np.count_nonzero(read))
+    return 1.0 if either == 0 else same / either
+
+
+def _text_pixels(m: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
+    logits = float(m.min()) < 0.0 or float(m.max()) > 1.0
+    return m > (math.log(0.3 / 0.7) if logits else 0.3)
+
+
+def _best_class(out: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
+    """Per time step, the class: the compact head's first column (N x T x 3), else the
+    argmax of all classes' probabilities."""
+    if out.ndim == 3 and out.shape[-1] == 3:
+        return np.rint(out[..., 0]).astype(np.int64)
+    return np.argmax(out, axis=-1).astype(np.int64)
