@@ -345,6 +345,11 @@ class OcrEngine:
             options["det_precision"] = self.det_precision
         if self.rec_precision:
             options["rec_precision"] = self.rec_precision
+        if self.det_precision or self.rec_precision or s.precision == "bf16":
+            # OpenVINO's compiled models kept per precision (openvino_backend.blob_folder):
+            # pages a bf16 stage read from a blob compiled in f32 (garbage on a Xeon with
+            # AMX, session 42) are read again
+            options["openvino_blobs"] = "per_precision"
         return engine_fingerprint(self._info.backend, models, options)
 
     @property
