@@ -210,7 +210,15 @@ class OcrEngine:
         self.int8_models: dict[str, Path] = {}
         if settings.precision == "int8":
             from ocrstream.processors.ocr import quantize
+            from ocrstream.processors.ocr.backends.choice import cpu_has_bf16
 
+            if settings.on_cpu and cpu_has_bf16():
+                log.warning(
+                    "the int8 profile on a CPU with bf16: the default precision reads faster "
+                    "here (det and rec in bf16, where the int8 profile's rec runs in fp32: "
+                    "0.35-0.53x the default's pages/s on an Intel Xeon with AMX, slower on a "
+                    "Zen 4 too; docs/benchmarks.md, session 42); int8 is for CPUs without bf16"
+                )
             self.int8_models = quantize.int8_paths(
                 settings, self._backend.name, self.models.name, paths
             )

@@ -143,6 +143,10 @@ def test_int8_models_are_built_once_reused_by_the_next_process_and_read_like_fp3
 
     first, log = _run(cache, page)
     assert "building it now" in log
+    # on a CPU with bf16 the default precision is faster, and the user is told so
+    from ocrstream.processors.ocr.backends.choice import cpu_has_bf16
+
+    assert ("the int8 profile on a CPU with bf16" in log) == cpu_has_bf16()
     assert not any(p.exists() for p in stale)  # the last format's model went with the build
     models = {k: Path(str(v)) for k, v in dict(first["models"]).items()}  # type: ignore[call-overload]
     kinds = sorted(int8_kinds("ppocrv6-tiny"))  # det (rec stays fp32: docs/benchmarks.md)

@@ -233,6 +233,11 @@ def bf16_offered(settings: OcrSettings, candidates: tuple[str, ...]) -> bool:
     with bf16 in its flags, and the default precision (``fp16``), not ``fp32`` or another."""
     if "openvino" not in candidates or settings.precision != "fp16":
         return False
+    return cpu_has_bf16()
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU runs bf16 natively (:data:`BF16_FLAGS` among its flags)."""
     return bool(BF16_FLAGS & set(_cpuinfo()[1].split()))
 
 
