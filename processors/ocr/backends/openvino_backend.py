@@ -12,8 +12,9 @@ Compiled blobs are kept apart by precision (``openvino/f32/``, ``openvino/bf16/`
 the model is compiled with, so with one folder the first compile of a model decided the blob
 every later process got at either precision. A bf16 session given a blob compiled in f32 read
 garbage on an Intel Xeon with AMX (v6 small's rec: 671 of 680 time steps changed, CER 0.997 on
-receipts, docs/benchmarks.md, session 42), and an f32 session given a bf16 blob would have run
-in bf16 unasked.
+receipts, docs/benchmarks.md, session 42), and an f32 session could be given a blob compiled
+in bf16. Blobs of the old layout (directly in ``openvino/``) are no longer read; they are left
+where they are.
 
 With ``SessionOptions.streams`` = 1 (det) the model is compiled with the LATENCY hint: one
 request, all threads on it. With 2 (rec, which the engine runs as many batches) it is compiled
