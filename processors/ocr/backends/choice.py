@@ -664,6 +664,7 @@ def probe_inputs(
     import cv2
 
     from ocrstream.processors.ocr.det import DetParams, normalise
+    from ocrstream.processors.ocr.rec import RecParams, batch_tensor
 
     font, ink = cv2.FONT_HERSHEY_SIMPLEX, (0, 0, 0)
     out: dict[str, list[npt.NDArray[np.float32]]] = {"det": [], "rec": []}
@@ -678,16 +679,16 @@ def probe_inputs(
         text = PROBE_TEXT * (1 + w // 400)
         stroke = max(1, h // 24)
         cv2.putText(line, text, (4, round(0.7 * h)), font, h / 40, ink, stroke, cv2.LINE_AA)
-        x = line.transpose(2, 0, 1).astype(np.float32) / 127.5 - 1.0
-        out["rec"].append(np.repeat(x[None], n, axis=0))
+        out["rec"].append(batch_tensor([line] * n, w, RecParams(height=h)))
     return out
 
 
 def agreement(stage: str, outputs: list[Any], reference: list[Any]) -> float:
     """How much ``outputs`` read as ``reference``: det, the IoU of the pixels each marks as
-    text (probability above DB's 0.3, from logits or probabilities); rec, the share of time
-    steps with the same best class among those where either reads a character (class 0 is
-    CTC's blank; the compact head's first column is the class). 1.0 where neither marks any."""
+    text (probability above det's threshold, ``DetParams.thresh``, from logits or
+    probabilities); rec, the share of time steps with the same best class among those where
+    either reads a character (class 0 is CTC's blank; the compact head's first column is the
+    class). 1.0 where neither marks any."""
     same = either = 0
     for ours, theirs in zip(outputs, reference, strict=True):
         a, b = np.asarray(ours, np.float32), np.asarray(theirs, np.float32)
@@ -704,8 +705,11 @@ def agreement(stage: str, outputs: list[Any], reference: list[Any]) -> float:
 
 
 def _text_pixels(m: npt.NDArray[np.float32]) -> npt.NDArray[np.bool_]:
+    from ocrstream.processors.ocr.det import DetParams
+
+    thresh = DetParams().thresh
     logits = float(m.min()) < 0.0 or float(m.max()) > 1.0
-    return m > (math.log(0.3 / 0.7) if logits else 0.3)
+    return m > (math.log(thresh / (1.0 - thresh)) if logits else thresh)
 
 
 def _best_class(out: npt.NDArray[np.float32]) -> npt.NDArray[np.int64]:
