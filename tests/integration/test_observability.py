@@ -188,9 +188,14 @@ def ensure_prometheus_config() -> None:
         request = urllib.request.Request(f"{PROMETHEUS}/-/reload", method="POST")
         urllib.request.urlopen(request, timeout=30).close()
     wait_until(loaded, 30, "Prometheus to load the scrape config and the rules", interval_s=1)
-    targets = {(t_["labels"]["job"], t_["scrapeUrl"]) for t_ in api("targets")["activeTargets"]}
-    for job, port in JOBS.items():
-        assert (job, f"http://127.0.0.1:{port}/metrics") in targets, (job, sorted(targets))
+    want_targets = {(job, f"http://127.0.0.1:{port}/metrics") for job, port in JOBS.items()}
+
+    def targets() -> set[tuple[str, str]]:
+        return {(t_["labels"]["job"], t_["scrapeUrl"]) for t_ in api("targets")["activeTargets"]}
+
+    # a Prometheus started a moment ago lists no targets until its discovery's first round
+    wait_until(lambda: want_targets <= targets(), 30, "Prometheus to list the scrape targets",
+               interval_s=1)  # fmt: skip
 
 
 def rule_groups() -> set[str]:
