@@ -73,6 +73,8 @@ KNOWN_METRICS: dict[str, Metric] = {
     "ocrstream_routing_total": _m("counter", "pool", "outcome"),
     "ocrstream_shadow_cer": _m("histogram"),
     "ocrstream_shadow_confidence_delta": _m("histogram"),
+    # prometheus_client's process collector, in every ocrstream process
+    "process_resident_memory_bytes": _m("gauge"),
     # the edge: webhook agent and HTTP API (ocrstream-edge.json, ocrstream-edge.rules.yml)
     "ocrstream_webhook_deliveries_total": _m("counter", "outcome"),
     "ocrstream_webhook_delivery_seconds": _m("histogram"),
@@ -166,11 +168,12 @@ def _bare(expr: str) -> str:
 
 
 def metric_names(expr: str) -> set[str]:
-    """Series names an expression selects: ``ocrstream_*`` names and recorded ``a:b:c`` names."""
+    """Series names an expression selects: ``ocrstream_*`` names, the ``process_*`` names of
+    prometheus_client's process collector, and recorded ``a:b:c`` names."""
     return {
         token
         for token in _IDENT.findall(_bare(expr))
-        if token.startswith("ocrstream_") or (":" in token and "ocrstream" in token)
+        if token.startswith(("ocrstream_", "process_")) or (":" in token and "ocrstream" in token)
     }
 
 
