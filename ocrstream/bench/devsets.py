@@ -18,6 +18,13 @@ rotation.
   column on the right), laid out by Pillow's libraqm with the fonts' vertical forms
   (``features=["vert"]``): a title column, then the body, as a Chinese or Japanese book or
   letter is set. Ground truth: one line per column, in reading order.
+- ``a4-ja`` and ``a4-ja-vertical``: Japanese (kanji, hiragana, katakana) at 9-12 pt in Noto Sans/
+  Serif CJK JP, in lines and in vertical columns as ``a4-zh-vertical``, words drawn by frequency
+  from wordfreq's Japanese list (the ``wordfreq`` package: code Apache-2.0, its word lists
+  CC BY-SA 4.0, read at run time, never copied here), only words written wholly in kana and the
+  kanji of the CJK block (no Latin, digits or symbols), with the odd year or number, 、 and 。.
+  The words follow one another without grammar, as the Chinese set's do: rec reads characters
+  with no language model, so what counts is which characters occur and how often.
 - ``small-print``: English at 6-8 pt in DejaVu Sans/Serif, with amounts in two-column rows
   (terms and conditions, footnotes, the back of an invoice).
 - ``a4-en``: English at 9-12 pt, the same words and fonts, for an English set degraded like
@@ -28,7 +35,8 @@ on these, never tune on them).
 
 What a set needs is checked first and said in one error: the Noto CJK fonts for ``a4-zh``
 (``apt-get install fonts-noto-cjk``) and jieba (``pip install jieba==0.42.1``); DejaVu fonts
-for the English sets (``apt-get install fonts-dejavu-core``). Fonts are found with ``fc-list``.
+for the English sets (``apt-get install fonts-dejavu-core``); the Noto CJK fonts and wordfreq
+(``pip install wordfreq==3.1.1``) for the Japanese sets. Fonts are found with ``fc-list``.
 """
 
 from __future__ import annotations
@@ -49,10 +57,12 @@ from typing import Any
 from ocrstream.bench.cer import TextLine
 from ocrstream.bench.datasets import Sample, _sentence
 
-DEVSETS = ("a4-en", "a4-zh", "small-print", "a4-zh-vertical")
+DEVSETS = ("a4-en", "a4-zh", "small-print", "a4-zh-vertical", "a4-ja", "a4-ja-vertical")
+VERTICAL = ("a4-zh-vertical", "a4-ja-vertical")
 SPLITS = {"dev": 0, "heldout": 100_000}
 # Raised for a set whenever its pages would come out different (its cache folder is -v{N}).
-VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1, "a4-zh-vertical": 1}
+VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1, "a4-zh-vertical": 1, "a4-ja": 1,
+            "a4-ja-vertical": 1}  # fmt: skip
 DPI = 300
 A4_PX = (2480, 3508)  # width, height at 300 DPI
 CACHE = Path.home() / ".cache" / "ocrstream" / "devsets"
@@ -98,6 +108,10 @@ def fonts_for(devset: str) -> tuple[FontFace, ...]:
         wanted = ("Noto Sans CJK SC", "Noto Serif CJK SC")
         faces = [f for f in _fc_list(":lang=zh:style=Regular") if f.family in wanted]
         hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
+    elif devset in ("a4-ja", "a4-ja-vertical"):
+        wanted = ("Noto Sans CJK JP", "Noto Serif CJK JP")
+        faces = [f for f in _fc_list(":lang=ja:style=Regular") if f.family in wanted]
+        hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
     elif devset in ("a4-en", "small-print"):
         wanted = ("DejaVu Sans", "DejaVu Serif")
         faces = [f for f in _fc_list(":style=Book") if f.family in wanted]
@@ -119,7 +133,7 @@ def requirements(devset: str) -> list[str]:
         fonts_for(devset)
     except MissingRequirement as e:
         missing.append(str(e))
-    if devset == "a4-zh-vertical":
+    if devset in VERTICAL:
         from PIL import features
 
         if not features.check("raqm"):
@@ -127,6 +141,11 @@ def requirements(devset: str) -> list[str]:
     if devset in ("a4-zh", "a4-zh-vertical"):
         try:
             _zh_vocabulary()
+        except MissingRequirement as e:
+            missing.append(str(e))
+    if devset in ("a4-ja", "a4-ja-vertical"):
+        try:
+            _ja_vocabulary()
         except MissingRequirement as e:
             missing.append(str(e))
     return missing
@@ -155,6 +174,45 @@ def _zh_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
         total += math.sqrt(freq)  # flatten the head a little: fewer 的 的 的
         cumulative.append(total)
     return tuple(w for _, w in rows), tuple(cumulative)
+
+
+@functools.cache
+def _ja_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The 40,000 most frequent words of wordfreq's Japanese list written wholly in kana and
+    CJK-block kanji, with cumulative frequencies (flattened as the Chinese set's) for drawing
+    words in proportion to how often they are used."""
+    try:
+        import wordfreq
+    except ImportError:
+        raise MissingRequirement(
+            "the Japanese dev sets need wordfreq's word list: pip install wordfreq==3.1.1"
+        ) from None
+    rows: list[tuple[float, str]] = []
+    # buckets of words by frequency, bucket i holding the words used 10^(-i/100) of the time
+    for bucket, words in enumerate(wordfreq.get_frequency_list("ja")):
+        rows += [(10.0 ** (-bucket / 100), w) for w in words if _is_japanese(w)]
+        if len(rows) >= 40_000:
+            break
+    total, cumulative = 0.0, []
+    for freq, _ in rows[:40_000]:
+        total += math.sqrt(freq)
+        cumulative.append(total)
+    return tuple(w for _, w in rows[:40_000]), tuple(cumulative)
+
+
+def _is_japanese(word: str) -> bool:
+    """All of ``word`` is hiragana, katakana (with its long-vowel mark) or kanji of the CJK
+    block, and it is not one kana alone (a particle, which the sentences add themselves)."""
+    kana = [_is_kana(c) for c in word]
+    return (
+        bool(word)
+        and all(k or _is_han(c) for k, c in zip(kana, word, strict=True))
+        and not (len(word) == 1 and kana[0])
+    )
+
+
+def _is_kana(c: str) -> bool:
+    return "\u3041" <= c <= "\u3096" or "\u30a1" <= c <= "\u30fc"  # hiragana, katakana, ー
 
 
 def _is_han(c: str) -> bool:
@@ -194,6 +252,32 @@ def _zh_sentence(rng: random.Random) -> str:
     return "".join(out).strip("，、") + rng.choice("。。。；：")
 
 
+def _ja_sentence(rng: random.Random) -> str:
+    words, cumulative = _ja_vocabulary()
+    out = []
+    for i in range(rng.randint(6, 18)):
+        r = rng.random()
+        if r < 0.02:
+            out.append(f"{rng.randint(1950, 2030)}年")
+        elif r < 0.035:
+            out.append(str(rng.randint(2, 9999)))
+        else:
+            out.append(words[bisect.bisect_left(cumulative, rng.random() * cumulative[-1])])
+            if rng.random() < 0.3:  # a particle after a word
+                out.append(rng.choice("のにはがをでともへ"))
+        if i and rng.random() < 0.1:
+            out.append("、")
+    return "".join(out).strip("、") + "。"
+
+
+def _sentence_for(devset: str, rng: random.Random) -> str:
+    if devset.startswith("a4-zh"):
+        return _zh_sentence(rng)
+    if devset.startswith("a4-ja"):
+        return _ja_sentence(rng)
+    return _en_sentence(rng)
+
+
 def _en_sentence(rng: random.Random) -> str:
     return _sentence(rng, rng.randint(4, 10), ends=".......:;")
 
@@ -205,14 +289,16 @@ def _en_sentence(rng: random.Random) -> str:
 class _Style:
     sizes_pt: tuple[float, ...]
     leading: tuple[float, float]
-    zh: bool
+    cjk: bool  # written without spaces between words, and no upper case
 
 
 _STYLES = {
-    "a4-en": _Style((9.0, 10.0, 11.0, 12.0), (1.3, 1.5), zh=False),
-    "small-print": _Style((6.0, 6.5, 7.0, 7.5, 8.0), (1.15, 1.35), zh=False),
-    "a4-zh": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), zh=True),
-    "a4-zh-vertical": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), zh=True),
+    "a4-en": _Style((9.0, 10.0, 11.0, 12.0), (1.3, 1.5), cjk=False),
+    "small-print": _Style((6.0, 6.5, 7.0, 7.5, 8.0), (1.15, 1.35), cjk=False),
+    "a4-zh": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), cjk=True),
+    "a4-zh-vertical": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), cjk=True),
+    "a4-ja": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), cjk=True),
+    "a4-ja-vertical": _Style((9.0, 10.0, 10.5, 11.0, 12.0), (1.5, 1.8), cjk=True),
 }
 
 
@@ -237,14 +323,14 @@ def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
     import numpy as np
     from PIL import Image
 
-    if devset == "a4-zh-vertical":
+    if devset in VERTICAL:
         return _render_vertical(devset, seed)
     style = _STYLES[devset]
     rng, page, draw, size_px, font, title_font, margin = _blank_page(devset, seed)
     width, height = A4_PX
     left, right, bottom = margin, width - margin, height - margin
     leading = size_px * rng.uniform(*style.leading)
-    sentence = (lambda: _zh_sentence(rng)) if style.zh else (lambda: _en_sentence(rng))
+    sentence = functools.partial(_sentence_for, devset, rng)
     lines: list[TextLine] = []
 
     def put(x: float, y: float, text: str, f: Any = font) -> None:
@@ -255,7 +341,7 @@ def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
     y = float(margin)
     title = sentence().rstrip("。；：.:;")
     title = _fit(draw, title, title_font, right - left)
-    put(left, y, title.upper() if not style.zh else title, title_font)
+    put(left, y, title.upper() if not style.cjk else title, title_font)
     y += leading * 2.2
     while y + leading < bottom:
         if rng.random() < 0.15:  # a label on the left, an amount on the right
@@ -274,8 +360,9 @@ def render_page(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
 
 
 def _render_vertical(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...]]:
-    """A page of Chinese in vertical columns: a title column on the right, then columns of
-    prose leftwards, each as long as the text that fills it, some followed by a blank one."""
+    """A page of Chinese or Japanese in vertical columns: a title column on the right, then
+    columns of prose leftwards, each as long as the text that fills it, some followed by a blank
+    one."""
     import numpy as np
     from PIL import Image
 
@@ -301,13 +388,14 @@ def _render_vertical(devset: str, seed: int) -> tuple[bytes, tuple[TextLine, ...
         lines.append(TextLine(text=text, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1))))
 
     x = width - margin - size_px * 0.65
-    put(x, fit(_zh_sentence(rng).rstrip("。；：.:;"), title_font, bottom - top), title_font)
+    title = _sentence_for(devset, rng).rstrip("。；：.:;")
+    put(x, fit(title, title_font, bottom - top), title_font)
     x -= pitch * 2.2
     while x - pitch > margin:
         room = (bottom - top) * rng.uniform(0.55, 1.0)
         text = ""
         while length(text) <= room:
-            text += _zh_sentence(rng)
+            text += _sentence_for(devset, rng)
         put(x, fit(text, font, room))
         x -= pitch * (2.0 if rng.random() < 0.1 else 1.0)
     image, lines = _degrade(np.asarray(page), lines, rng)

@@ -80,7 +80,9 @@ def bench() -> None:
     "--devset",
     "devsets",
     multiple=True,
-    type=click.Choice(["a4-en", "a4-zh", "small-print", "a4-zh-vertical"]),
+    type=click.Choice(
+        ["a4-en", "a4-zh", "small-print", "a4-zh-vertical", "a4-ja", "a4-ja-vertical"]
+    ),
     help="A scanned-looking dev set with known text (cached under ~/.cache/ocrstream/devsets); "
     "repeatable.",
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +126,42 @@ def test_the_vertical_set_stands_in_columns_read_right_to_left() -> None:
     assert lefts == sorted(lefts, reverse=True)  # the truth's order: right to left
     text = "".join(line.text for line in lines)
     assert sum("\u4e00" <= c <= "\u9fff" for c in text) > 0.8 * len(text)
+
+
+def _kana(c: str) -> bool:
+    return "\u3041" <= c <= "\u3096" or "\u30a1" <= c <= "\u30fc"
+
+
+@pytest.mark.parametrize("name", ["a4-ja", "a4-ja-vertical"])
+def test_the_japanese_sets_are_japanese_kana_and_kanji(name: str) -> None:
+    _needs(name)
+    _, lines = devsets.render_page(name, 2)
+    text = "".join(line.text for line in lines)
+    kana = sum(_kana(c) for c in text)
+    kanji = sum("\u4e00" <= c <= "\u9fff" for c in text)
+    assert kana > 0.25 * len(text)
+    assert kanji > 0.25 * len(text)
+    assert kana + kanji > 0.85 * len(text)  # the rest: 、。 and the odd number
+    assert not any(c.isascii() and c.isalpha() for c in text)
+
+
+def test_the_japanese_vertical_set_stands_in_columns_read_right_to_left() -> None:
+    _needs("a4-ja-vertical")
+    _, lines = devsets.render_page("a4-ja-vertical", 2)
+    boxes = [np.array(ln.polygon) for ln in lines]
+    sizes = [(b[:, 0].max() - b[:, 0].min(), b[:, 1].max() - b[:, 1].min()) for b in boxes]
+    assert all(tall > 5 * wide for wide, tall in sizes)
+    lefts = [float(b[:, 0].min()) for b in boxes]
+    assert lefts == sorted(lefts, reverse=True)
+
+
+def test_without_wordfreq_the_japanese_set_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "wordfreq", None)  # import wordfreq raises ImportError
+    devsets._ja_vocabulary.cache_clear()
+    try:
+        with pytest.raises(devsets.MissingRequirement, match="pip install wordfreq"):
+            devsets.devset("a4-ja", 1, cache=tmp_path)
+    finally:
+        devsets._ja_vocabulary.cache_clear()
