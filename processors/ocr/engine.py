@@ -91,6 +91,7 @@ from ocrstream.processors.ocr.orientation import (
     estimate_skew,
     marks_set_across,
     read_both_ways,
+    strokes_thickened,
     upside_down,
     written_across,
     written_in_cjk,
@@ -346,6 +347,8 @@ class OcrEngine:
             # told from CJK scanned clockwise by where its small marks sit, which are moved
             # where rec reads them in columns (session 40)
             options["find_turned_pages"] = "read_first_marks_set"
+            if self.models.rec_column_thicken > 1:  # columns' strokes thickened (session 43)
+                options["rec_column_thicken"] = self.models.rec_column_thicken
         # a page left with its lines standing is read right to left (order.runs_down)
         options["standing_lines"] = "right_to_left"
         # only when set: the fingerprints of other engines stay as they were
@@ -582,7 +585,8 @@ class OcrEngine:
           (orientation.written_across): the page is written in vertical columns, and read as
           it is, columns right to left (order.reading_order): turned, its columns would lie
           close together and read worse (docs/benchmarks.md, session 37). Its columns' marks
-          are moved down to where rec reads them (orientation.marks_set_across);
+          are moved down to where rec reads them (orientation.marks_set_across) and their
+          strokes thickened (orientation.strokes_thickened);
         - better as they are, in another script, or in those with the marks low: the page was
           scanned a quarter turn clockwise, and is turned back and detected again.
 
@@ -600,8 +604,11 @@ class OcrEngine:
             elif not written_in_cjk(both.text) or written_across(page.crops):
                 turns = 3
             else:
-                page.crops = [  # the columns' punctuation set where rec reads it
-                    marks_set_across(crop) if stands(quad) else crop  # cut standing
+                page.crops = [  # the columns' punctuation set where rec reads it, their
+                    # strokes thickened (a serif face's ー and small kana are hairlines)
+                    strokes_thickened(marks_set_across(crop), self.models.rec_column_thicken)
+                    if stands(quad)
+                    else crop
                     for crop, quad in zip(page.crops, self._cut_quads(page).quads, strict=True)
                 ]
                 page.charge("orientation", start)

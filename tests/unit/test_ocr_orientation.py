@@ -161,3 +161,15 @@ def test_chinese_written_across_is_told_from_chinese_written_down():
     bare = [_rendered(text.strip("，、。").replace("，", "").replace("、", ""), down=False)
             for text in PROSE]  # fmt: skip
     assert not written_across(bare)
+
+
+def test_strokes_thickened_widens_dark_strokes_and_leaves_paper() -> None:
+    from ocrstream.processors.ocr.orientation import strokes_thickened
+
+    line = np.full((48, 120, 3), 230, np.uint8)
+    line[10:38, 50:51] = 20  # a hairline one pixel wide
+    assert strokes_thickened(line, 1) is line  # off: the crop as it is
+    thick = strokes_thickened(line, 3)
+    assert (thick[24, 49:52] == 20).all()  # three pixels wide now
+    assert (thick[:, :45] == 230).all()  # the paper either side untouched
+    assert (thick[:, 56:] == 230).all()
