@@ -221,8 +221,8 @@ def strokes_thickened(line: ImageBGR, side: int) -> ImageBGR:
     ``ゃ`` ``ィ`` …) in a serif (Mincho) face are hairlines that v6 small read as nothing.
     On the held-out Japanese columns (10 pages, half in Noto Serif CJK JP) its edits fell from
     296 to 60 with a side of 3 (112 with 2; ``ー`` deleted 109 times, then none), the Noto
-    Sans pages as before; on the Chinese columns from 134 to 118 (docs/benchmarks.md, session
-    43). Per model set (models.ModelSetSpec.rec_column_thicken)."""
+    Sans pages' 3-8 a page against 5-6; on the Chinese columns from 134 to 118
+    (docs/benchmarks.md, session 43). Per model set (models.ModelSetSpec.rec_column_thicken)."""
     if side < 2:
         return line
     return cv2.erode(line, np.ones((side, side), np.uint8))  # type: ignore[return-value]
