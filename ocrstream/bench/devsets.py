@@ -59,6 +59,7 @@ from ocrstream.bench.datasets import Sample, _sentence
 
 DEVSETS = ("a4-en", "a4-zh", "small-print", "a4-zh-vertical", "a4-ja", "a4-ja-vertical")
 VERTICAL = ("a4-zh-vertical", "a4-ja-vertical")
+JAPANESE = ("a4-ja", "a4-ja-vertical")
 SPLITS = {"dev": 0, "heldout": 100_000}
 # Raised for a set whenever its pages would come out different (its cache folder is -v{N}).
 VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1, "a4-zh-vertical": 1, "a4-ja": 1,
@@ -66,6 +67,8 @@ VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1, "a4-zh-vertical": 1, "a4-j
 DPI = 300
 A4_PX = (2480, 3508)  # width, height at 300 DPI
 CACHE = Path.home() / ".cache" / "ocrstream" / "devsets"
+# words, and their cumulative weights for drawing them (_draw)
+Vocabulary = tuple[tuple[str, ...], tuple[float, ...]]
 
 
 class MissingRequirement(RuntimeError):
@@ -108,7 +111,7 @@ def fonts_for(devset: str) -> tuple[FontFace, ...]:
         wanted = ("Noto Sans CJK SC", "Noto Serif CJK SC")
         faces = [f for f in _fc_list(":lang=zh:style=Regular") if f.family in wanted]
         hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
-    elif devset in ("a4-ja", "a4-ja-vertical"):
+    elif devset in JAPANESE:
         wanted = ("Noto Sans CJK JP", "Noto Serif CJK JP")
         faces = [f for f in _fc_list(":lang=ja:style=Regular") if f.family in wanted]
         hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
@@ -143,7 +146,7 @@ def requirements(devset: str) -> list[str]:
             _zh_vocabulary()
         except MissingRequirement as e:
             missing.append(str(e))
-    if devset in ("a4-ja", "a4-ja-vertical"):
+    if devset in JAPANESE:
         try:
             _ja_vocabulary()
         except MissingRequirement as e:
@@ -152,7 +155,7 @@ def requirements(devset: str) -> list[str]:
 
 
 @functools.cache
-def _zh_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
+def _zh_vocabulary() -> Vocabulary:
     """The 40,000 most frequent words of jieba's dictionary written in GB2312's Chinese
     characters, with cumulative frequencies for drawing words in proportion to how often they
     are used."""
@@ -168,16 +171,27 @@ def _zh_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
         if len(parts) >= 2 and parts[1].isdigit() and _is_simplified_chinese(parts[0]):
             rows.append((int(parts[1]), parts[0]))
     rows.sort(key=lambda r: (-r[0], r[1]))
-    rows = rows[:40_000]
+    return _weighted(rows[:40_000])
+
+
+def _weighted(rows: Sequence[tuple[float, str]]) -> Vocabulary:
+    """(frequency, word) rows as the words and their cumulative weights, the square root of
+    each frequency: the head flattened a little (fewer 的 的 的)."""
     total, cumulative = 0.0, []
     for freq, _ in rows:
-        total += math.sqrt(freq)  # flatten the head a little: fewer 的 的 的
+        total += math.sqrt(freq)
         cumulative.append(total)
     return tuple(w for _, w in rows), tuple(cumulative)
 
 
+def _draw(rng: random.Random, vocabulary: Vocabulary) -> str:
+    """A word of ``vocabulary``, drawn in proportion to its weight."""
+    words, cumulative = vocabulary
+    return words[bisect.bisect_left(cumulative, rng.random() * cumulative[-1])]
+
+
 @functools.cache
-def _ja_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
+def _ja_vocabulary() -> Vocabulary:
     """The 40,000 most frequent words of wordfreq's Japanese list written wholly in kana and
     CJK-block kanji, with cumulative frequencies (flattened as the Chinese set's) for drawing
     words in proportion to how often they are used."""
@@ -193,11 +207,7 @@ def _ja_vocabulary() -> tuple[tuple[str, ...], tuple[float, ...]]:
         rows += [(10.0 ** (-bucket / 100), w) for w in words if _is_japanese(w)]
         if len(rows) >= 40_000:
             break
-    total, cumulative = 0.0, []
-    for freq, _ in rows[:40_000]:
-        total += math.sqrt(freq)
-        cumulative.append(total)
-    return tuple(w for _, w in rows[:40_000]), tuple(cumulative)
+    return _weighted(rows[:40_000])
 
 
 def _is_japanese(word: str) -> bool:
@@ -235,7 +245,7 @@ def _is_simplified_chinese(word: str) -> bool:
 
 
 def _zh_sentence(rng: random.Random) -> str:
-    words, cumulative = _zh_vocabulary()
+    vocabulary = _zh_vocabulary()
     out = []
     for i in range(rng.randint(5, 16)):
         r = rng.random()
@@ -246,14 +256,14 @@ def _zh_sentence(rng: random.Random) -> str:
         elif r < 0.045:
             out.append(str(rng.randint(2, 9999)))
         else:
-            out.append(words[bisect.bisect_left(cumulative, rng.random() * cumulative[-1])])
+            out.append(_draw(rng, vocabulary))
         if i and rng.random() < 0.12:
             out.append(rng.choice("，、"))
     return "".join(out).strip("，、") + rng.choice("。。。；：")
 
 
 def _ja_sentence(rng: random.Random) -> str:
-    words, cumulative = _ja_vocabulary()
+    vocabulary = _ja_vocabulary()
     out = []
     for i in range(rng.randint(6, 18)):
         r = rng.random()
@@ -262,7 +272,7 @@ def _ja_sentence(rng: random.Random) -> str:
         elif r < 0.035:
             out.append(str(rng.randint(2, 9999)))
         else:
-            out.append(words[bisect.bisect_left(cumulative, rng.random() * cumulative[-1])])
+            out.append(_draw(rng, vocabulary))
             if rng.random() < 0.3:  # a particle after a word
                 out.append(rng.choice("のにはがをでともへ"))
         if i and rng.random() < 0.1:
@@ -271,9 +281,9 @@ def _ja_sentence(rng: random.Random) -> str:
 
 
 def _sentence_for(devset: str, rng: random.Random) -> str:
-    if devset.startswith("a4-zh"):
+    if devset in ("a4-zh", "a4-zh-vertical"):
         return _zh_sentence(rng)
-    if devset.startswith("a4-ja"):
+    if devset in JAPANESE:
         return _ja_sentence(rng)
     return _en_sentence(rng)
 

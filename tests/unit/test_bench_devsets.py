@@ -165,3 +165,14 @@ def test_without_wordfreq_the_japanese_set_says_what_to_install(
             devsets.devset("a4-ja", 1, cache=tmp_path)
     finally:
         devsets._ja_vocabulary.cache_clear()
+
+
+def test_bench_engine_offers_every_dev_set() -> None:
+    import click
+
+    from ocrstream.cli.bench import bench
+
+    engine = bench.commands["engine"]  # type: ignore[attr-defined]
+    option = next(p for p in engine.params if p.name == "devsets")
+    assert isinstance(option.type, click.Choice)
+    assert tuple(option.type.choices) == devsets.DEVSETS
