@@ -162,7 +162,9 @@ class OcrEngine:
         shared_choices: SharedChoices | None = None,
     ) -> None:
         self.settings = settings = settings or OcrSettings()
-        self.models = models or load_model_set(settings.model, settings.model_dir)
+        self.models = models or load_model_set(
+            settings.model, settings.model_dir, settings.engine_cache_dir
+        )
         # det (and cls, orientation, layout) on one backend, rec on another when ``auto``
         # measured that faster on this machine (backends.choice).
         stages = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
 
@@ -140,6 +141,46 @@ def test_a_files_digest_is_kept_for_the_next_process_until_the_file_changes(
     changed = models_module.file_digest(model, cache)
     assert hashed == [model]
     assert changed == hashlib.sha256(model.read_bytes()).hexdigest() != first
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "onnxruntime",
+        pytest.param(
+            "openvino",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("openvino") is None, reason="OpenVINO is not installed"
+            ),
+        ),
+    ],
+)
+def test_an_engine_started_again_hashes_no_model_file(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The second engine on the same cache (a restarted worker, the next ``ocrstream ocr``)
+    reads every digest it needs, the pinned files' and the derived models', from the cache."""
+    from ocrstream.processors.ocr import models as models_module
+    from ocrstream.processors.ocr.engine import OcrEngine
+    from ocrstream.settings import OcrSettings
+
+    settings = OcrSettings(
+        model="ppocrv6-tiny", backend=backend, threads=1, det_warmup=False,
+        engine_cache_dir=tmp_path / "cache",
+    )  # fmt: skip
+    models_module._verified.clear()  # this process's digests, as in a new process
+    first = OcrEngine(settings)
+    first.close()
+    assert list((tmp_path / "cache" / "digests").glob("rec-*.json"))
+
+    hashed: list[Path] = []
+    real = models_module.sha256_file
+    monkeypatch.setattr(models_module, "sha256_file", lambda p: hashed.append(p) or real(p))
+    models_module._verified.clear()  # as in a new process
+    second = OcrEngine(settings)
+    second.close()
+    assert hashed == []
+    assert second.fingerprint("text") == first.fingerprint("text")
 
 
 def test_a_pinned_file_altered_after_its_digest_was_kept_is_still_refused(

@@ -90,7 +90,7 @@ class OpenVinoSession:
             elif options.cache_dir is not None:
                 cache = Path(options.cache_dir) / "openvino"
                 config["CACHE_DIR"] = str(blob_folder(options.cache_dir, config))
-                ir = _ir_copy(core, model_path, shape, cache / "ir")
+                ir = _ir_copy(core, model_path, shape, cache / "ir", Path(options.cache_dir))
                 self._compiled = core.compile_model(str(ir), "CPU", config)
             else:
                 model = core.read_model(str(model_path))
@@ -121,8 +121,10 @@ def blob_folder(cache_dir: Path, config: dict[str, Any]) -> Path:
     return Path(cache_dir) / "openvino" / str(config["INFERENCE_PRECISION_HINT"])
 
 
-def _ir_copy(core: Any, model_path: Path, shape: Any, folder: Path) -> Path:
-    """The ONNX model reshaped to ``shape`` as OpenVINO IR in ``folder`` (made once)."""
+def _ir_copy(core: Any, model_path: Path, shape: Any, folder: Path, memo_dir: Path) -> Path:
+    """The ONNX model reshaped to ``shape`` as OpenVINO IR in ``folder`` (made once), named
+    by the model's digest (kept in ``memo_dir``, :func:`~ocrstream.processors.ocr.models.
+    file_digest`, so that a later process does not hash it again)."""
     import hashlib
     import os
 
@@ -130,7 +132,7 @@ def _ir_copy(core: Any, model_path: Path, shape: Any, folder: Path) -> Path:
 
     from ocrstream.processors.ocr.models import file_digest
 
-    key = hashlib.sha256(f"{file_digest(model_path)} {shape}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{file_digest(model_path, memo_dir)} {shape}".encode()).hexdigest()[:24]
     target = folder / f"{model_path.stem}-{key}.xml"
     if target.is_file() and target.with_suffix(".bin").is_file():
         return target
