@@ -261,7 +261,8 @@ class OcrSettings(BaseSettings):
     rec_space_min: float = Field(default=0.1, ge=0.0, le=1.0)
     # Punctuation in the width of the script around it, as it is printed (rec.mark_widths):
     # ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in a line of
-    # Latin text; false: as the model read it.
+    # Latin text; and in a Japanese line, letters alike across its scripts (べ/ベ, エ/工, ー/一)
+    # in the script around them (rec.kana_in_context); false: as the model read it.
     rec_mark_width: bool = True
     # 1-bit pages (fax, Group 4 TIFF, JBIG2, a 1-bit PNG: every pixel black or white) blurred
     # into grey before they are read, by a Gaussian of this share of their line height

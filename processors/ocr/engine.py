@@ -342,6 +342,7 @@ class OcrEngine:
             options["rec_space_digits"] = "apart"  # none restored between two digits
         if self.rec_params.mark_width:  # pages cached before read again once
             options["rec_mark_width"] = True
+            options["rec_kana_context"] = True  # rec.kana_in_context (session 44)
         if s.bilevel_smoothing:  # 1-bit pages blurred into grey first (bilevel.soften)
             options["bilevel_smoothing"] = s.bilevel_smoothing
         if s.find_turned_pages and not s.fix_orientation:  # pages turned from their lines

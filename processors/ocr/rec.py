@@ -56,7 +56,8 @@ class RecParams:
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
     space_min: float = 0.1
-    # Punctuation in the width of the script around it (mark_widths); False: as read.
+    # Punctuation in the width of the script around it (mark_widths), and Japanese look-alike
+    # letters in the script around them (kana_in_context); False: as read.
     mark_width: bool = True
     # Shapes for a GPU (settings.OcrSettings.rec_shapes): widths padded up to WIDTH_LADDER
     # (then max_width) and a batch's lines up to a power of two (batch_rows), so that cuDNN
@@ -261,7 +262,8 @@ def ctc_greedy(
     model's own.
 
     ``mark_width`` puts punctuation in the width of the script around it (:func:`mark_widths`:
-    ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in Latin text).
+    ``,;:!?`` full-width beside Chinese or Japanese, full-width forms as ASCII in Latin text),
+    and a Japanese line's look-alike letters in the script around them (:func:`kana_in_context`).
     """
     if probs.ndim != 3:
         raise ValueError(f"CTC input must be N x T x C, not {probs.shape}")
@@ -299,7 +301,7 @@ def ctc_greedy(
                                     charset)  # fmt: skip
         text = "".join(charset[c] if c < n_chars else "" for c in chars)
         if mark_width:
-            text = mark_widths(text)
+            text = mark_widths(kana_in_context(text))
         out.append((text, float(sums[row] / counts[row])))
     return out
 
@@ -364,6 +366,82 @@ def mark_widths(text: str) -> str:
             and not (before.isascii() and (before.isalpha() or before.isspace()))
         ):
             chars[k] = c.translate(_FULL_WIDTH)
+    return "".join(chars)
+
+
+# Japanese letters whose glyphs are alike across scripts, read in the script around them
+# (kana_in_context). Hiragana and katakana be/pe are the same shapes; these katakana and kanji
+# differ by a stroke's length at most; the long-vowel mark is a kanji one in a column.
+_KANA_TWINS = {"べ": "ベ", "ぺ": "ペ"}  # hiragana -> katakana
+_KANA_TWINS_BACK = {v: k for k, v in _KANA_TWINS.items()}
+_KATAKANA_KANJI = {"エ": "工", "カ": "力", "ロ": "口", "ニ": "二", "ハ": "八", "タ": "夕",
+                   "ト": "卜"}  # fmt: skip
+_KANJI_KATAKANA = {v: k for k, v in _KATAKANA_KANJI.items()}
+_TO_KANJI = frozenset("エロニハタ")  # katakana read as kanji between two kanji
+_LOOK_ALIKES = (
+    frozenset(_KANA_TWINS) | set(_KANA_TWINS_BACK) | set(_KATAKANA_KANJI) | set(_KANJI_KATAKANA)
+)
+_LONG_VOWEL = "ー"
+# what rec reads for a long-vowel mark set in a column, between two katakana
+_LONG_VOWEL_MISREAD = frozenset("一1|lI-—－")
+
+
+def _hiragana(c: str) -> bool:
+    return "\u3041" <= c <= "\u3096"
+
+
+def _katakana(c: str) -> bool:
+    """A katakana letter or the long-vowel mark (U+30A1-30FA, U+30FC)."""
+    return "\u30a1" <= c <= "\u30fa" or c == _LONG_VOWEL
+
+
+def _han(c: str) -> bool:
+    return _han_or_kana(c) and not ("\u3040" <= c <= "\u30ff")
+
+
+def kana_in_context(text: str) -> str:
+    """A Japanese line (one with kana) with its look-alike letters in the script around them.
+
+    PP-OCR's rec reads べ/ベ and ぺ/ペ, identical glyphs, from the shape alone (``食ベる``,
+    ``すベて``), and now and then a katakana as the kanji it resembles (``工ネルギー``), a kanji
+    one as the long-vowel mark (``年ーに``), or a long-vowel mark set in a column as ``1``:
+
+    - ー after a kanji is 一; 一, 1, | and dashes between two katakana are ー;
+    - べ, ぺ take the script of the letter after them, when that is kana;
+    - 工力口二八夕卜 are katakana where the letters on both sides are katakana, or the one
+      beside them is at the line's start or end or next to punctuation; エロニハタ are kanji
+      between two kanji (カ and ト stay: 数カ月, 3カ国, and 卜 is rare).
+
+    Lines without kana (Chinese, Latin) are returned as they are.
+    """
+    if not any(_hiragana(c) or ("\u30a1" <= c <= "\u30fa") for c in text):
+        return text
+    chars = list(text)
+    last = len(chars) - 1
+    for k, c in enumerate(chars):
+        if c == _LONG_VOWEL and k and _han(chars[k - 1]):
+            chars[k] = "一"
+        elif (
+            c in _LONG_VOWEL_MISREAD and 0 < k < last
+            and _katakana(chars[k - 1]) and _katakana(chars[k + 1])
+        ):  # fmt: skip
+            chars[k] = _LONG_VOWEL
+    for k, c in enumerate(chars):
+        if c not in _LOOK_ALIKES:
+            continue
+        sides = [chars[k - 1] if k else "", chars[k + 1] if k < last else ""]
+        after = sides[1]
+        if c in _KANA_TWINS or c in _KANA_TWINS_BACK:
+            if after and _hiragana(after):
+                chars[k] = _KANA_TWINS_BACK.get(c, c)
+            elif after and _katakana(after):
+                chars[k] = _KANA_TWINS.get(c, c)
+            continue
+        letters = [s for s in sides if s and (_han(s) or _hiragana(s) or _katakana(s))]
+        if c in _KANJI_KATAKANA and letters and all(map(_katakana, letters)):
+            chars[k] = _KANJI_KATAKANA[c]
+        elif c in _TO_KANJI and len(letters) == 2 and all(map(_han, letters)):
+            chars[k] = _KATAKANA_KANJI[c]
     return "".join(chars)
 
 

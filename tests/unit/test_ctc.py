@@ -15,6 +15,7 @@ from ocrstream.processors.ocr.rec import (
     batch_tensor,
     bucket_width,
     ctc_greedy,
+    kana_in_context,
     mark_widths,
     plan_batches,
 )
@@ -147,6 +148,46 @@ def test_a_dictionary_without_space_restores_none():
 )
 def test_marks_take_the_width_of_the_script_around_them(read: str, printed: str):
     assert mark_widths(read) == printed
+
+
+@pytest.mark.parametrize(
+    ("read", "printed"),
+    [
+        # be/pe, the same glyphs in both kanas: the script of the letter after them
+        ("食ベる", "食べる"),
+        ("すベて", "すべて"),
+        ("ベッド", "ベッド"),
+        ("スーパー", "スーパー"),
+        ("オぺラ", "オペラ"),
+        # katakana read as the kanji they resemble, and the other way
+        ("工ネルギー", "エネルギー"),
+        ("力タログ", "カタログ"),
+        ("ア口マ", "アロマ"),
+        ("半ニ刀", "半二刀"),
+        ("工場で", "工場で"),  # a kanji beside it: left as read
+        ("力を入れる", "力を入れる"),
+        ("数カ月", "数カ月"),  # the counter stays katakana between kanji
+        ("ト書きの", "ト書きの"),
+        # the long-vowel mark after a kanji is 一; what a column's mark reads as, between katakana
+        ("年ーに", "年一に"),
+        ("リ1ズ", "リーズ"),
+        ("ビール一本", "ビール一本"),
+        ("コーヒー", "コーヒー"),
+        # no kana: Chinese and Latin as read
+        ("中国一ー工力", "中国一ー工力"),
+        ("ABC 1-2", "ABC 1-2"),
+        ("", ""),
+    ],
+)
+def test_japanese_look_alikes_take_the_script_around_them(read: str, printed: str):
+    assert kana_in_context(read) == printed
+
+
+def test_ctc_reads_japanese_look_alikes_in_context_with_the_mark_widths():
+    charset = ("", "食", "ベ", "る", " ")
+    rows = _probs([1, 2, 3], [0.9] * 3)[:, :5]
+    assert ctc_greedy(rows[None], charset)[0][0] == "食ベる"
+    assert ctc_greedy(rows[None], charset, mark_width=True)[0][0] == "食べる"
 
 
 def test_ctc_gives_mark_widths_only_when_asked():
