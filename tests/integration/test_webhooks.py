@@ -205,9 +205,15 @@ def webhook_agents(tmp_path: Path) -> Iterator[list[WebhookAgent]]:
     made: list[WebhookAgent] = []
     yield made
     codes = [agent.stop() for agent in made]
-    for agent in made:
-        print(f"--- {agent.log.name} ---\n{agent.tail()}")
+    show_logs(made)
     assert all(code == 0 for code in codes), f"the webhook agent exited with {codes}"
+
+
+def show_logs(agents: list[WebhookAgent]) -> None:
+    """The agents' logs on the test's output: shown with a failure, in the phase that failed
+    (a rerun's report of the first failure shows the call's output, not the teardown's)."""
+    for agent in agents:
+        print(f"--- {agent.log.name} ---\n{agent.tail()}")
 
 
 def new_agent(made: list[WebhookAgent], env: dict[str, str], tmp_path: Path) -> WebhookAgent:
@@ -274,6 +280,7 @@ def test_an_uploaded_document_is_called_back_signed_and_retried(
             assert wait_status(api, "acme", doc_id)["status"] == "completed"
     finally:
         stop_api(api)
+        show_logs(webhook_agents)
     assert [c.answered for c in calls] == [503, 503, 200]
     assert {c.path for c in calls} == {"/hooks/ocr?src=test"}
     assert [c.headers["x-ocrstream-attempt"] for c in calls] == ["1", "2", "3"]
