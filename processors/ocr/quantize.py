@@ -124,10 +124,12 @@ def cache_key(source_sha256: str, shape: str, calibration: Calibration) -> str:
 def cached_path(
     cache_dir: Path, source: Path, shape: str, calibration: Calibration | None = None
 ) -> Path:
-    """Where the INT8 IR of ``source`` (for input shapes ``shape``) is kept."""
+    """Where the INT8 IR of ``source`` (for input shapes ``shape``) is kept; ``source``'s
+    digest is kept in ``cache_dir`` too, as the engine's other files' are (a derived model no
+    process has hashed yet would otherwise be hashed at every start)."""
     from ocrstream.processors.ocr.models import file_digest
 
-    key = cache_key(file_digest(source), shape, calibration or CALIBRATION)
+    key = cache_key(file_digest(source, cache_dir), shape, calibration or CALIBRATION)
     return Path(cache_dir) / "openvino" / "int8" / f"{source.stem}-{key}.xml"
 
 
