@@ -62,6 +62,9 @@ def _run_faust(app: Any, kafka: KafkaSettings) -> None:
         override_logging=False,
         redirect_stdouts=False,
     )
+    # faust's start-up spinner ends with a terminal escape (show the cursor) whether or not
+    # its output is a terminal: agents write log lines, to a terminal or a file, never sprites
+    worker.spinner = None
     worker.execute_from_commandline()
 
 

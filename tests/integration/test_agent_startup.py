@@ -106,6 +106,8 @@ def test_documents_submitted_as_the_agents_start_all_end(
     events = assert_exactly_once(witness, [d.doc_id for d in docs])
     assert_complete(object_store, events, docs)
     assert {event.tenant for event in events.values()} == {"acme-legal"}
+    for name in pipeline.agents:  # log lines only: no terminal escapes in a file
+        assert "\x1b" not in pipeline.log_text(name), pipeline.tail(name)
 
 
 # Rounds of the soak test: six in the suite (three clean stops, two SIGKILLs, each on the same
