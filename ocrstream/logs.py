@@ -74,6 +74,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class _FaustFirstRebalance(logging.Filter):
+    """faust warns "Missing sensor state for rebalance" at every agent's first rebalance (its
+    sensors start counting at the second): not a fault, and the first thing a new user read."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Missing sensor state for rebalance" not in record.getMessage()
+
+
 def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
@@ -88,3 +96,6 @@ def configure_logging(level: str = "INFO", json_lines: bool = False) -> None:
     root.setLevel(level.upper())
     for noisy in ("kafka", "aiokafka", "faust", "mode", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    faust_app = logging.getLogger("faust.app.base")
+    if not any(isinstance(f, _FaustFirstRebalance) for f in faust_app.filters):
+        faust_app.addFilter(_FaustFirstRebalance())

@@ -127,3 +127,26 @@ def test_json_logs_escape_control_characters() -> None:
     with log_context(doc_id="a\nb"):
         line = JsonFormatter().format(_record("x %s", "c\nd"))
     assert "\n" not in line
+
+
+def test_fausts_first_rebalance_warning_is_not_shown_and_its_other_warnings_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ocrstream.logs import configure_logging
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("INFO")
+        faust_app = logging.getLogger("faust.app.base")
+        faust_app.warning("[^-App]: Missing sensor state for rebalance #%s", 1)
+        faust_app.warning("[^-App]: Missing sensor state for rebalance end #%s", 1)
+        faust_app.warning("[^-App]: Timed out waiting for the commit")
+        configure_logging("INFO")  # an entry point configuring twice adds no second filter
+        assert len(faust_app.filters) == 1
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    err = capsys.readouterr().err
+    assert "Missing sensor state" not in err
+    assert "Timed out waiting for the commit" in err
