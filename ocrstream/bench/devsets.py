@@ -501,6 +501,18 @@ def _write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def language_of(dataset: str) -> str:
+    """The language and writing direction of a bench dataset, by its name (a dev set's,
+    ``a4-zh-vertical-heldout-10``, and its rescanned copies' names): ``zh``, ``zh-vertical``,
+    ``ja``, ``ja-vertical``, or ``en`` for the rest (English A4, small print, receipts), for an
+    engine that must be told what it reads (Tesseract's ``-l``)."""
+    for name in sorted(DEVSETS, key=len, reverse=True):  # a4-zh-vertical before a4-zh
+        if dataset == name or dataset.startswith(f"{name}-"):
+            lang = "ja" if name in JAPANESE else "zh" if name.startswith("a4-zh") else "en"
+            return f"{lang}-vertical" if name in VERTICAL else lang
+    return "en"
+
+
 def all_devsets(names: Sequence[str], n: int, split: str) -> dict[str, list[Sample]]:
     return {f"{name}-{split}-{n}": devset(name, n, split) for name in names}
 

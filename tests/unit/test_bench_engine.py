@@ -47,6 +47,87 @@ def test_tesseract_words_are_grouped_into_lines_with_boxes() -> None:
     assert lines[0].polygon == ((10, 10), (310, 10), (310, 40), (10, 40))
 
 
+def _tsv_words(*words: tuple[int, int, int, int, int, str]) -> str:
+    """Tesseract TSV of words: (line, left, top, width, height, text), one block."""
+    rows = [TSV.splitlines()[0]]
+    rows += [f"5\t1\t1\t1\t{ln}\t{i}\t{x}\t{y}\t{w}\t{h}\t90.0\t{t}"
+             for i, (ln, x, y, w, h, t) in enumerate(words, 1)]  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
+def test_tesseract_chinese_words_are_joined_as_its_text_output_writes_them() -> None:
+    """chi_sim's TSV splits a line into words that `tesseract ... stdout` writes together:
+    no space beside a Chinese or Japanese character; Latin words keep theirs."""
+    tsv = _tsv_words((1, 10, 10, 60, 30, "解毒"), (1, 80, 10, 60, 30, "1952"),
+                     (1, 150, 10, 30, 30, "年"), (1, 190, 10, 30, 30, "，"),
+                     (1, 230, 10, 60, 30, "暴雨"), (2, 10, 60, 80, 30, "Total"),
+                     (2, 100, 60, 60, 30, "12.00"))  # fmt: skip
+    assert [ln.text for ln in parse_tesseract_tsv(tsv)] == ["解毒1952年，暴雨", "Total 12.00"]
+
+
+def test_tesseract_columns_are_read_top_down() -> None:
+    """jpn_vert's and chi_sim_vert's lines stand: their words run top down, whatever their x."""
+    tsv = _tsv_words((1, 2193, 230, 44, 117, "タフ"), (1, 2186, 361, 59, 120, "共和"),
+                     (1, 2197, 496, 38, 47, "も"), (2, 2020, 230, 40, 60, "道"),
+                     (2, 2016, 300, 44, 60, "徳"))  # fmt: skip
+    assert [ln.text for ln in parse_tesseract_tsv(tsv)] == ["タフ共和も", "道徳"]
+
+
+@pytest.mark.parametrize(
+    ("dataset", "language", "tesseract"),
+    [("sroie-dev", "en", "eng"), ("a4-en-heldout-10", "en", "eng"),
+     ("small-print-dev-10", "en", "eng"), ("a4-zh-heldout-10", "zh", "chi_sim"),
+     ("a4-zh-vertical-dev-10", "zh-vertical", "chi_sim_vert"), ("a4-ja-dev-4", "ja", "jpn"),
+     ("a4-ja-vertical-heldout-10 scaled 0.5", "ja-vertical", "jpn_vert")],
+)  # fmt: skip
+def test_each_set_is_read_by_tesseract_in_its_own_language(
+    dataset: str, language: str, tesseract: str
+) -> None:
+    from ocrstream.bench.devsets import language_of
+    from ocrstream.bench.engine import TESSERACT_LANGS, _setup
+
+    assert language_of(dataset) == language
+    assert TESSERACT_LANGS[language] == tesseract
+    assert _setup("tesseract", BenchConfig(language=language), 2).startswith(f"{tesseract} psm3")
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed")
+def test_a_language_tesseract_has_no_model_for_is_an_error_naming_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ocrstream.bench.engine as be
+
+    monkeypatch.setitem(be.TESSERACT_LANGS, "xx", "xyz_vert")
+    with pytest.raises(RuntimeError, match=r"apt-get install tesseract-ocr-xyz-vert"):
+        be.tesseract_language("xx")
+    assert be.tesseract_language("en") == "eng"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract is not installed")
+def test_tesseract_reads_a_japanese_column_page_in_its_vertical_model(tmp_path: Path) -> None:
+    from ocrstream.bench import devsets
+    from ocrstream.bench.engine import tesseract_language
+
+    missing = devsets.requirements("a4-ja-vertical")
+    if missing:
+        pytest.skip(f"this machine cannot build a4-ja-vertical: {'; '.join(missing)}")
+    try:
+        tesseract_language("ja-vertical")
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    data, gt = devsets.render_page("a4-ja-vertical", 1)
+    path = tmp_path / "ja-vertical.jpg"
+    path.write_bytes(data)
+    samples = [Sample("ja-vertical", path, gt)]
+    run, preds = run_engine("tesseract", BenchConfig(warmup=0, language="ja-vertical"), samples,
+                            processes=1)  # fmt: skip
+    assert run.error is None
+    score(run, preds, samples)
+    assert run.cer_norm is not None
+    assert run.cer_norm < 0.1  # 0.04 here; words in x order, or spaced out, read 0.89
+
+
 def test_score_and_table_report_ratios_and_cer() -> None:
     gt = (TextLine("TOTAL 12.00", ((0, 0), (100, 0), (100, 20), (0, 20))),)
     samples = [Sample("p1", Path("/x/p1.jpg"), gt), Sample("p2", Path("/x/p2.jpg"), None)]
