@@ -419,19 +419,14 @@ def _join_words(words: Sequence[str]) -> str:
     """A line's words as Tesseract's text output writes a Chinese line: a space between two
     words, but none beside a Chinese or Japanese character (its TSV splits ``解毒1952年暴雨``
     into five words that its text output writes together)."""
+    from ocrstream.processors.ocr.rec import cjk_side
+
     text = ""
     for word in words:
-        if text and not (_is_cjk(text[-1]) or _is_cjk(word[0])):
+        if text and not (cjk_side(text[-1]) or cjk_side(word[0])):
             text += " "
         text += word
     return text
-
-
-def _is_cjk(c: str) -> bool:
-    """A Han character, kana, or CJK or full-width punctuation."""
-    o = ord(c)
-    return (0x3000 <= o <= 0x30FF or 0x3400 <= o <= 0x9FFF or 0xF900 <= o <= 0xFAFF
-            or 0xFF00 <= o <= 0xFFEF or 0x20000 <= o <= 0x3FFFF)  # fmt: skip
 
 
 def _ocrstream_int8_runner(cfg: BenchConfig) -> Any:

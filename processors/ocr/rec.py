@@ -334,7 +334,7 @@ def _han_or_kana(c: str) -> bool:
     )
 
 
-def _cjk_side(c: str) -> bool:
+def cjk_side(c: str) -> bool:
     """Chinese or Japanese text: a character, kana, CJK punctuation or a full-width form."""
     o = ord(c)
     return _han_or_kana(c) or 0x3000 <= o <= 0x303F or 0xFF01 <= o <= 0xFF60
@@ -360,9 +360,9 @@ def mark_widths(text: str) -> str:
             continue
         before = text[k - 1] if k else ""
         after = text[k + 1] if k < last else ""
-        if (before and _cjk_side(before)) or (
+        if (before and cjk_side(before)) or (
             after
-            and _cjk_side(after)
+            and cjk_side(after)
             and not (before.isascii() and (before.isalpha() or before.isspace()))
         ):
             chars[k] = c.translate(_FULL_WIDTH)
