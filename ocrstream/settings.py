@@ -299,9 +299,7 @@ class OcrSettings(BaseSettings):
     # it sizes OpenVINO's buffers once, so that each larger page later does not (a new input
     # shape larger than any before cost 70-100 ms more on v6 tiny; 20 receipts of 20 sizes
     # read 15-20% faster after it, docs/benchmarks.md). Costs one pass at start-up
-    # (`ocrstream ocr` on one file skips it). With one rec stream (one thread), rec too runs
-    # once at its widest line, for the same reason (a one-thread engine read five small-print
-    # pages in 330 MB less after it: session 45).
+    # (`ocrstream ocr` on one file skips it).
     det_warmup: bool = True
     # `auto` on the CPU where no choice is kept yet for this machine, thread count and model
     # (backends.choice): true measures the backends (5-10 s on 2 cores) and keeps the answer for

@@ -267,8 +267,6 @@ class OcrEngine:
         self._charset = self._check_charset()
         if settings.det_warmup and self._backend.name == "openvino":
             self._warm_det()
-        if settings.det_warmup and self._rec_backend.name == "openvino" and concurrency == 1:
-            self._warm_rec()
         self._layout: LayoutDetector | None = None
         self._tables: TableStructureModel | None = None
         self._fingerprint_models: dict[str, str] | None = None
@@ -400,18 +398,6 @@ class OcrEngine:
         start = time.perf_counter()
         self._det.run(np.zeros(shape, np.float32))
         log.debug("det warmed up on %s in %.0f ms", shape, (time.perf_counter() - start) * 1000)
-
-    def _warm_rec(self) -> None:
-        """One rec pass on a blank line of the widest input rec takes (``max_width``), so
-        OpenVINO sizes its buffers once instead of again at each longer line: each such
-        reallocation left the freed buffers with the C allocator, and a one-thread engine
-        grew by 10-27 MB at each longer line of a small-print page, 330 MB over five
-        (docs/benchmarks.md, session 45). Only with one stream: with two, each stream's
-        buffers at the widest line cost more than the reallocations they save."""
-        shape = (1, 3, self.rec_params.height, self.rec_params.max_width)
-        start = time.perf_counter()
-        self._rec.run(np.zeros(shape, np.float32))
-        log.debug("rec warmed up on %s in %.0f ms", shape, (time.perf_counter() - start) * 1000)
 
     def _check_charset(self) -> tuple[str, ...]:
         """Match the dictionary to the rec model's classes (with or without the space)."""

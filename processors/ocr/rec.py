@@ -224,11 +224,15 @@ def read_lines(
     max_lines: int,
 ) -> list[tuple[str, float]]:
     """Text and confidence of line crops already at the model's height, in their order: their
-    width-bucketed batches (:func:`plan_batches`) run one after the other on ``session`` and
-    decoded (:func:`decode`). The engine's rec on one stream and the line rescue's."""
+    width-bucketed batches (:func:`plan_batches`) run one after the other on ``session``, the
+    widest first, and decoded (:func:`decode`). The engine's rec on one stream and the line
+    rescue's. Widest first because OpenVINO sizes its buffers again for an input larger than
+    any before, and the C allocator keeps the ones it freed: narrowest first, a one-thread
+    engine grew by 10-27 MB at each longer line of a small-print page (docs/benchmarks.md,
+    session 45); on several streams :func:`plan_streams` puts the costliest first anyway."""
     widths = [bucket_width(line.shape[1], params) for line in lines]
     out: list[tuple[str, float]] = [("", 0.0)] * len(lines)
-    for idx in plan_batches(widths, max_lines, params):
+    for idx in reversed(plan_batches(widths, max_lines, params)):
         batch = batch_tensor([lines[i] for i in idx], widths[idx[0]], params, max_lines)
         decoded = decode(session.run(batch)[: len(idx)], charset, params)
         for i, result in zip(idx, decoded, strict=True):
