@@ -114,7 +114,11 @@ def splitter(metrics_port: int | None) -> None:
     help="A shadow worker: its own group on ocr.pages.v1, the candidate engine "
     "(OCRSTREAM_SHADOW_OCR_*), results to ocr.page-results.shadow.v1 only.",
 )
-@click.option("--model", default=None, help="The engine's model set, over the settings.")
+@click.option(
+    "--model",
+    default=None,
+    help="The engine's model set, over the settings (ppocrv6-tiny has no kana: not for Japanese).",
+)
 def ocr_worker(metrics_port: int | None, pool: str | None, shadow: bool,
                model: str | None) -> None:  # fmt: skip
     """One OCR worker: a member of its pool's consumer group (backend from settings)."""

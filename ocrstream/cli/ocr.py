@@ -177,7 +177,11 @@ FORMAT_ALIASES = {"txt": "text", "md": "markdown"}
     type=click.Choice([b.value for b in OcrBackend]),
     help="Inference backend (default: OCRSTREAM_OCR_BACKEND, else auto).",
 )
-@click.option("--model", help="Model set: ppocrv6-small, ppocrv6-tiny, ppocrv5 …")
+@click.option(
+    "--model",
+    help="Model set: ppocrv6-small (the default), ppocrv6-tiny (the fast profile: Chinese, Latin "
+    "and Greek letters, no kana, so not for Japanese), ppocrv5 …",
+)
 @click.option("--device", help="cpu, cuda, cuda:1 …")
 @click.option("--threads", type=int, help="Inference threads.")
 @click.option(
