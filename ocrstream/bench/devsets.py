@@ -60,6 +60,7 @@ from ocrstream.bench.datasets import Sample, _sentence
 DEVSETS = ("a4-en", "a4-zh", "small-print", "a4-zh-vertical", "a4-ja", "a4-ja-vertical")
 VERTICAL = ("a4-zh-vertical", "a4-ja-vertical")
 JAPANESE = ("a4-ja", "a4-ja-vertical")
+CHINESE = ("a4-zh", "a4-zh-vertical")
 SPLITS = {"dev": 0, "heldout": 100_000}
 # Raised for a set whenever its pages would come out different (its cache folder is -v{N}).
 VERSIONS = {"a4-en": 1, "a4-zh": 2, "small-print": 1, "a4-zh-vertical": 1, "a4-ja": 1,
@@ -107,7 +108,7 @@ def _fc_list(pattern: str) -> list[FontFace]:
 @functools.cache
 def fonts_for(devset: str) -> tuple[FontFace, ...]:
     """The faces ``devset`` renders with, or :class:`MissingRequirement` saying what to install."""
-    if devset in ("a4-zh", "a4-zh-vertical"):
+    if devset in CHINESE:
         wanted = ("Noto Sans CJK SC", "Noto Serif CJK SC")
         faces = [f for f in _fc_list(":lang=zh:style=Regular") if f.family in wanted]
         hint = "the Noto CJK fonts (apt-get install fonts-noto-cjk)"
@@ -141,7 +142,7 @@ def requirements(devset: str) -> list[str]:
 
         if not features.check("raqm"):
             missing.append(f"dev set {devset} needs a Pillow built with libraqm (PyPI's is)")
-    if devset in ("a4-zh", "a4-zh-vertical"):
+    if devset in CHINESE:
         try:
             _zh_vocabulary()
         except MissingRequirement as e:
@@ -281,7 +282,7 @@ def _ja_sentence(rng: random.Random) -> str:
 
 
 def _sentence_for(devset: str, rng: random.Random) -> str:
-    if devset in ("a4-zh", "a4-zh-vertical"):
+    if devset in CHINESE:
         return _zh_sentence(rng)
     if devset in JAPANESE:
         return _ja_sentence(rng)
@@ -508,7 +509,7 @@ def language_of(dataset: str) -> str:
     engine that must be told what it reads (Tesseract's ``-l``)."""
     for name in sorted(DEVSETS, key=len, reverse=True):  # a4-zh-vertical before a4-zh
         if dataset == name or dataset.startswith(f"{name}-"):
-            lang = "ja" if name in JAPANESE else "zh" if name.startswith("a4-zh") else "en"
+            lang = "ja" if name in JAPANESE else "zh" if name in CHINESE else "en"
             return f"{lang}-vertical" if name in VERTICAL else lang
     return "en"
 
