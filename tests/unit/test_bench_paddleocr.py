@@ -110,3 +110,27 @@ def test_paddleocr_reads_rendered_pages_with_the_converted_models(tmp_path: Path
     score(run, preds, samples)
     assert run.cer_norm is not None
     assert run.cer_norm < 0.05  # clean 300-DPI print
+
+
+def test_the_whole_process_command_is_paddleocrs_own_on_a_page_or_a_folder_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ocrstream.bench.whole import commands
+
+    monkeypatch.setenv("OCRSTREAM_BENCH_PADDLEOCR_HOME", str(tmp_path / "peer"))
+    pages = [tmp_path / f"{name}.jpg" for name in ("b", "a", "c")]
+    cfg = BenchConfig(model="ppocrv6-small", threads=2)
+    one = commands("paddleocr", cfg, pages[:1], tmp_path / "out1")
+    assert one is not None
+    assert one[:4] == [str(tmp_path / "peer/venv/bin/paddleocr"), "ocr", "-i", str(pages[0])]
+    options = dict(zip(one[4::2], one[5::2], strict=True))
+    assert options["--text_detection_model_dir"] == str(tmp_path / "peer/models/PP-OCRv6_small_det")
+    assert options["--text_recognition_model_name"] == "PP-OCRv6_small_rec"
+    assert options["--use_textline_orientation"] == "False"
+    assert options["--cpu_threads"] == "2"
+    many = commands("paddleocr", cfg, pages, tmp_path / "out3")
+    assert many is not None
+    folder = Path(many[3])
+    # the pages in the run's order, whatever their names
+    assert [p.resolve() for p in sorted(folder.iterdir())] == [p.resolve() for p in pages]
+    assert commands("paddleocr", BenchConfig(model="ppocrv5"), pages, tmp_path) is None
