@@ -644,3 +644,14 @@ class ShadowSettings(BaseSettings):
     # most this long: a shadow that is hours behind is compared for what is still held.
     max_pending: int = 100_000
     pending_ttl_s: float = 3600.0
+
+
+class BenchSettings(BaseSettings):
+    """``ocrstream bench``'s own settings, ``OCRSTREAM_BENCH_*``."""
+
+    model_config = _frozen("OCRSTREAM_BENCH_")
+
+    # PaddleOCR's venv and converted models (scripts/paddleocr_peer.sh writes them there)
+    paddleocr_home: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "ocrstream" / "peers" / "paddleocr"
+    )

@@ -445,9 +445,11 @@ def _join_words(words: Sequence[str]) -> str:
 
 
 def paddleocr_home() -> Path:
-    """Where ``scripts/paddleocr_peer.sh`` puts PaddleOCR's venv and converted models."""
-    default = Path.home() / ".cache" / "ocrstream" / "peers" / "paddleocr"
-    return Path(os.environ.get("OCRSTREAM_BENCH_PADDLEOCR_HOME") or default)
+    """Where ``scripts/paddleocr_peer.sh`` puts PaddleOCR's venv and converted models
+    (``OCRSTREAM_BENCH_PADDLEOCR_HOME``)."""
+    from ocrstream.settings import BenchSettings
+
+    return BenchSettings().paddleocr_home
 
 
 def _paddleocr_runner(cfg: BenchConfig) -> Any:
