@@ -43,6 +43,8 @@ from typing import Any
 
 import click
 
+from ocrstream.bench.engine import rss_kib
+
 PART = 5 * 1024 * 1024  # the store part size the API is started with
 
 
@@ -142,11 +144,6 @@ async def run_phase(name: str, url: str, key: str, concurrency: int, duration: f
         await asyncio.gather(*(client(n) for n in range(concurrency)))
         phase.seconds = time.monotonic() - began
     return phase, made
-
-
-def rss_kib(pid: int, key: str = "VmRSS") -> int:
-    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(f"{key}:"))
 
 
 def big_upload(port: int, key: str, path: Path, pid: int) -> dict[str, Any]:

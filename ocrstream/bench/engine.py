@@ -565,15 +565,19 @@ def _child(
     )
 
 
+def rss_kib(pid: int | str, key: str = "VmRSS") -> int:
+    """A process's ``/proc/PID/status`` memory figure ``key`` (``VmRSS``, ``VmHWM``) in KiB;
+    raises where the process or the key is gone."""
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(f"{key}:"))
+
+
 def _process_peak_rss_kb(pid: int | str = "self") -> int:
     """A process's peak RSS (its VmHWM), 0 where it cannot be read."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+        return rss_kib(pid, "VmHWM")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return 0
 
 
 def _peak_rss_kb(children: bool) -> int:
