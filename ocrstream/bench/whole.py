@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available, paddleocr_home
+from ocrstream.bench.paddleocr_peer import model_name
 from ocrstream.streams.supervisor import terminate_with_parent
 
 _RAPIDOCR_SCRIPT = """
@@ -179,7 +180,7 @@ def _paddleocr_command(size: str, threads: int, pages: Sequence[Path], outdir: P
     models = home / "models"
     command = [str(home / "venv" / "bin" / "paddleocr"), "ocr", "-i", source]
     for kind, option in (("det", "text_detection"), ("rec", "text_recognition")):
-        name = f"PP-OCRv6_{size}_{kind}"
+        name = model_name(size, kind)
         command += [f"--{option}_model_name", name, f"--{option}_model_dir", str(models / name)]
     for module in ("doc_orientation_classify", "doc_unwarping", "textline_orientation"):
         command += [f"--use_{module}", "False"]
