@@ -11,7 +11,6 @@
 # PaddleOCR is not a project dependency: nothing else needs it, and the tests do not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HOME_DIR="${OCRSTREAM_BENCH_PADDLEOCR_HOME:-$HOME/.cache/ocrstream/peers/paddleocr}"
 PY=.venv/bin/python
 PEER=ocrstream/bench/paddleocr_peer.py
 # the versions measured in docs/benchmarks.md; x2paddle 1.6 needs onnx < 1.17
@@ -19,6 +18,8 @@ PINS=(paddlepaddle==3.3.1 paddleocr==3.7.0 paddlex==3.7.2 x2paddle==1.6.0 onnx==
       onnxruntime==1.22.1 pyyaml)
 
 [ -x "$PY" ] || { echo "paddleocr_peer.sh: no project venv: run make venv first" >&2; exit 1; }
+# where the bench looks for it (BenchSettings: OCRSTREAM_BENCH_PADDLEOCR_HOME or its default)
+HOME_DIR="$("$PY" -c 'from ocrstream.settings import BenchSettings; print(BenchSettings().paddleocr_home)')"
 mkdir -p "$HOME_DIR"
 if ! "$HOME_DIR/venv/bin/python" -c "import paddleocr, x2paddle" 2>/dev/null; then
   python3.11 -m venv "$HOME_DIR/venv"
