@@ -14,6 +14,12 @@ hosts this project cannot reach. ``scripts/paddleocr_peer.sh`` therefore makes a
   x2paddle emits carries its scale as doubles, which PaddlePaddle 3.3's oneDNN executor
   cannot run (``ConvertPirAttribute2RuntimeAttribute not support
   pir::ArrayAttribute<pir::DoubleAttribute>``), and oneDNN is how PaddleOCR runs on a CPU.
+  Two more rewrites undo what the trip through ONNX added, so that Paddle runs the graph its
+  own export would have (:func:`fuse_activations`, :func:`drop_copies`): GELU and HardSigmoid
+  spelt out in elementwise ops are written back as Paddle's ``gelu`` and ``hardsigmoid``, and
+  the copies (``assign``) of whole feature maps, one for each ONNX ``Identity``, become second
+  names. Without them Paddle ran v6 tiny's det 3.1-3.3x slower than onnxruntime runs the ONNX
+  file and v6 small's det up to 1.9x (docs/benchmarks.md, sessions 46 and 47).
   Each model is then checked against onnxruntime on the same input, through Paddle Inference
   with oneDNN on, and the run fails if they differ. ``inference.yml`` gives PaddleOCR each
   model's name, pre-processing, post-processing and dictionary, as its own exports do.
@@ -29,7 +35,9 @@ hosts this project cannot reach. ``scripts/paddleocr_peer.sh`` therefore makes a
 from __future__ import annotations
 
 import argparse
+import ast
 import json
+import math
 import os
 import re
 import shutil
@@ -103,6 +111,125 @@ def rewrite_upsampling(code: str) -> tuple[str, int]:
     return code, count
 
 
+#: ``target = paddle.op(name=value, ...)``, one statement of x2paddle's ``forward``
+_STATEMENT = re.compile(r"^(?P<indent>[ \t]+)(?P<target>\w+) = (?P<call>paddle\.[\w.]+\(.*\))$")
+
+
+def _parse(line: str) -> tuple[str, str, dict[str, Any]] | None:
+    """A statement's target, the function it calls and its keyword arguments (names as
+    strings, numbers as numbers), or None for any other line."""
+    m = _STATEMENT.match(line)
+    if m is None:
+        return None
+    call = ast.parse(m["call"], mode="eval").body
+    if not isinstance(call, ast.Call) or call.args:
+        return None
+    kwargs: dict[str, Any] = {}
+    for k in call.keywords:
+        if k.arg is None:
+            return None
+        value = k.value
+        if isinstance(value, ast.Name):
+            kwargs[k.arg] = value.id
+        elif isinstance(value, ast.Constant):
+            kwargs[k.arg] = value.value
+        elif (
+            isinstance(value, ast.UnaryOp)
+            and isinstance(value.op, ast.USub)
+            and isinstance(value.operand, ast.Constant)
+            and isinstance(value.operand.value, int | float)
+        ):
+            kwargs[k.arg] = -value.operand.value
+        else:
+            kwargs[k.arg] = None
+    return m["target"], ast.unparse(call.func), kwargs
+
+
+def fuse_activations(code: str) -> tuple[str, int, int]:
+    """x2paddle's code with the activations it spelt out written back as Paddle's own ops:
+    GELU (``x * (erf(x / sqrt 2) + 1) * 0.5``, as v6 tiny's det has it) as ``gelu`` and
+    HardSigmoid (``clip(scale(x, s, b), 0, 1)``) as ``hardsigmoid``, found by data flow, as
+    x2paddle interleaves a pattern's statements with others; the counts of each rewritten.
+
+    A pattern is rewritten only where its constants are GELU's (sqrt 2, 1, 1/2) and each of
+    its inner values is used by the next statement of the pattern alone."""
+    lines = code.split("\n")
+    parsed = [_parse(line) for line in lines]
+    defs = {p[0]: i for i, p in enumerate(parsed) if p is not None}
+    uses: dict[str, int] = {}
+    for name in re.findall(r"\b\w+\b", code):
+        uses[name] = uses.get(name, 0) + 1
+    constants = {
+        p[0]: p[2]["fill_value"]
+        for p in parsed
+        if p is not None and p[1] == "paddle.full" and isinstance(p[2].get("fill_value"), float)
+    }
+
+    def inner(name: object, func: str) -> dict[str, Any] | None:
+        """The arguments of the ``func`` call that made ``name``, if one statement reads it."""
+        if not isinstance(name, str) or uses.get(name) != 2 or name not in defs:
+            return None
+        p = parsed[defs[name]]
+        return p[2] if p is not None and p[1] == func else None
+
+    def constant(name: object) -> object:
+        return constants.get(name) if isinstance(name, str) else None
+
+    drop: set[int] = set()
+    gelus = hardsigmoids = 0
+    for i, p in enumerate(parsed):
+        if p is None:
+            continue
+        target, func, kw = p
+        if func == "paddle.multiply" and constant(kw.get("y")) == 0.5:
+            # x * (erf(x / sqrt 2) + 1), then * 0.5
+            mul = inner(kw.get("x"), "paddle.multiply")
+            add = inner(mul.get("y"), "paddle.add") if mul else None
+            erf = inner(add.get("x"), "paddle.erf") if add else None
+            div = inner(erf.get("x"), "paddle.divide") if erf else None
+            root2 = constant(div.get("y")) if div else None
+            if (
+                mul is None or add is None or erf is None or div is None
+                or constant(add.get("y")) != 1.0
+                or not isinstance(root2, float) or abs(root2 - math.sqrt(2)) > 1e-6
+                or div.get("x") != mul.get("x")
+            ):  # fmt: skip
+                continue
+            lines[i] = f"{_indent(lines[i])}{target} = paddle.nn.functional.gelu({div['x']})"
+            drop.update(defs[n] for n in (kw["x"], mul["y"], add["x"], erf["x"]))
+            gelus += 1
+        elif func == "paddle.clip" and kw.get("min") == 0.0 and kw.get("max") == 1.0:
+            scale = inner(kw.get("x"), "paddle.scale")
+            if scale is None or not all(isinstance(scale.get(k), float) for k in ("scale", "bias")):
+                continue
+            lines[i] = (
+                f"{_indent(lines[i])}{target} = paddle.nn.functional.hardsigmoid("
+                f"{scale['x']}, slope={scale['scale']!r}, offset={scale['bias']!r})"
+            )
+            drop.add(defs[kw["x"]])
+            hardsigmoids += 1
+    kept = "\n".join(line for k, line in enumerate(lines) if k not in drop)
+    return kept, gelus, hardsigmoids
+
+
+#: ``a = paddle.assign(x=b)``: a copy, where the ONNX file had an ``Identity`` (paddle2onnx
+#: writes one for each auto-cast and each renamed output)
+_COPY = re.compile(
+    r"^(?P<indent>[ \t]+)(?P<target>\w+) = paddle\.assign\(x=(?P<source>\w+)\)$", re.M
+)
+
+
+def drop_copies(code: str) -> tuple[str, int]:
+    """x2paddle's code with each ``paddle.assign`` of one value to another written as a
+    second name for the same value: x2paddle's code never writes a value in place, so the copy
+    changes nothing but the time (58 copies of whole feature maps in v6's rec); the count."""
+    return _COPY.subn(r"\g<indent>\g<target> = \g<source>", code)
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
 def _dictionary(onnx_path: Path, dict_path: Path | None) -> list[str]:
     if dict_path is not None:
         return dict_path.read_text("utf-8").splitlines()
@@ -132,6 +259,13 @@ def convert(size: str, kind: str, onnx_path: Path, dict_path: Path | None, out: 
         code, count = rewrite_upsampling((Path(tmp) / "x2paddle_code.py").read_text("utf-8"))
         if kind == "det" and count == 0:
             raise SystemExit(f"{onnx_path}: no upsampling found to rewrite; x2paddle changed?")
+        code, gelus, hardsigmoids = fuse_activations(code)
+        code, copies = drop_copies(code)
+        print(
+            f"{model_name(size, kind)}: {count} upsamplings, {gelus} GELUs and {hardsigmoids}"
+            f" HardSigmoids written as Paddle's own ops, {copies} copies dropped",
+            file=sys.stderr,
+        )
         module_path = Path(tmp) / "peer_model.py"
         module_path.write_text(code, "utf-8")
         spec = importlib.util.spec_from_file_location("peer_model", module_path)

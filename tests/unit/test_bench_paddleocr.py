@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import numpy as np
 import pytest
 
 from ocrstream.bench import engine as be
 from ocrstream.bench.datasets import Sample, render_a4_page
 from ocrstream.bench.engine import BenchConfig, paddleocr_lines, run_engine, score
-from ocrstream.bench.paddleocr_peer import rewrite_upsampling
+from ocrstream.bench.paddleocr_peer import drop_copies, fuse_activations, rewrite_upsampling
 
 # lines as x2paddle 1.6 writes PP-OCRv6 det's neck (ONNX Resize, nearest, scales 2 and 8)
 X2PADDLE_CODE = """import paddle
@@ -42,6 +46,82 @@ def test_the_detectors_nearest_upsampling_is_rewritten_and_nothing_else() -> Non
 def test_code_without_upsampling_is_left_as_it_is() -> None:
     code = "def main(x):\n    return x\n"
     assert rewrite_upsampling(code) == (code, 0)
+
+
+# x2paddle 1.6's lines for v6 tiny det's spelt-out GELU (ONNX Div, Erf, Add, Mul, Mul), one of
+# them with other statements between its own, and a HardSigmoid (Scale, Clip)
+ACTIVATIONS = """
+    def forward(self, x):
+        c0 = paddle.full(dtype='float32', shape=[1], fill_value=1.4142135381698608)
+        c2 = paddle.full(dtype='float32', shape=[1], fill_value=1.0)
+        c1 = paddle.full(dtype='float32', shape=[1], fill_value=0.5)
+        d1 = paddle.divide(x=x, y=c0)
+        other = paddle.scale(x=x, scale=2.0, bias=0.0)
+        e1 = paddle.erf(x=d1)
+        a1 = paddle.add(x=e1, y=c2)
+        m1 = paddle.multiply(x=x, y=a1)
+        g1 = paddle.multiply(x=m1, y=c1)
+        h_val = paddle.scale(x=g1, scale=0.16666670143604279, bias=0.5)
+        h = paddle.clip(x=h_val, min=0.0, max=1.0)
+        d2 = paddle.divide(x=h, y=c0)
+        e2 = paddle.erf(x=d2)
+        a2 = paddle.add(x=e2, y=c2)
+        m2 = paddle.multiply(x=h, y=a2)
+        g2 = paddle.multiply(x=m2, y=c1)
+        k = paddle.assign(x=g2)
+        return paddle.add(x=k, y=other), a2
+"""
+
+
+def _numpy_paddle() -> Any:
+    """Enough of ``paddle`` in numpy to run the lines above, before and after the rewrite."""
+    erf = np.vectorize(math.erf)
+
+    def gelu(x: Any) -> Any:
+        return x * 0.5 * (1 + erf(x / math.sqrt(2)))
+
+    def hardsigmoid(x: Any, slope: float, offset: float) -> Any:
+        return np.clip(x * slope + offset, 0.0, 1.0)
+
+    return SimpleNamespace(
+        full=lambda dtype, shape, fill_value: np.full(shape, fill_value, dtype),
+        divide=lambda x, y: x / y, add=lambda x, y: x + y, multiply=lambda x, y: x * y,
+        erf=lambda x: erf(x), scale=lambda x, scale, bias: x * scale + bias,
+        clip=lambda x, min, max: np.clip(x, min, max), assign=lambda x: x.copy(),
+        nn=SimpleNamespace(functional=SimpleNamespace(gelu=gelu, hardsigmoid=hardsigmoid)),
+    )  # fmt: skip
+
+
+def _forward(code: str) -> Any:
+    scope: dict[str, Any] = {"paddle": _numpy_paddle()}
+    exec(code.replace("\n    ", "\n"), scope)
+    return scope["forward"]
+
+
+def test_spelt_out_activations_are_written_back_by_data_flow_with_the_same_values() -> None:
+    code, gelus, hardsigmoids = fuse_activations(ACTIVATIONS)
+    # the first GELU's statements are interleaved with another; its inner values go.
+    # The second's Add is returned too, so it stays as it is.
+    assert (gelus, hardsigmoids) == (1, 1)
+    assert "g1 = paddle.nn.functional.gelu(x)" in code
+    for gone in ("d1 =", "e1 =", "a1 =", "m1 =", "h_val ="):
+        assert gone not in code
+    assert "other = paddle.scale(x=x, scale=2.0, bias=0.0)" in code
+    assert "h = paddle.nn.functional.hardsigmoid(g1, slope=0.16666670143604279, offset=0.5)" in code
+    assert "g2 = paddle.multiply(x=m2, y=c1)" in code
+    code, copies = drop_copies(code)
+    assert copies == 1
+    assert "k = g2" in code
+    x = np.linspace(-4, 4, 17, dtype=np.float64)
+    want = _forward(ACTIVATIONS)(None, x)
+    got = _forward(code)(None, x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got[1], want[1])
+
+
+def test_a_pattern_with_other_constants_is_not_gelu_and_is_left_alone() -> None:
+    code = ACTIVATIONS.replace("fill_value=0.5", "fill_value=0.25")
+    assert fuse_activations(code)[1] == 0
 
 
 def test_a_reply_becomes_lines_and_a_failed_page_an_error() -> None:
