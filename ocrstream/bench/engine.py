@@ -78,7 +78,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ocrstream.bench.cer import CerCounts, TextLine, page_cer
 from ocrstream.bench.datasets import Sample
@@ -444,12 +444,20 @@ def _join_words(words: Sequence[str]) -> str:
     return text
 
 
-def paddleocr_home() -> Path:
-    """Where ``scripts/paddleocr_peer.sh`` puts PaddleOCR's venv and converted models
-    (``OCRSTREAM_BENCH_PADDLEOCR_HOME``)."""
+class PeerDirs(NamedTuple):
+    """Where ``scripts/paddleocr_peer.sh`` puts PaddleOCR: its venv's ``bin`` (``python``,
+    ``paddleocr``) and the converted model folders."""
+
+    bin: Path
+    models: Path
+
+
+def paddleocr_dirs() -> PeerDirs:
+    """PaddleOCR's folders under ``OCRSTREAM_BENCH_PADDLEOCR_HOME``."""
     from ocrstream.settings import BenchSettings
 
-    return BenchSettings().paddleocr_home
+    home = BenchSettings().paddleocr_home
+    return PeerDirs(home / "venv" / "bin", home / "models")
 
 
 def _paddleocr_runner(cfg: BenchConfig) -> Any:
@@ -458,11 +466,10 @@ def _paddleocr_runner(cfg: BenchConfig) -> Any:
     size = PEER_SIZES.get(cfg.model)
     if size is None:
         raise ValueError(f"paddleocr has no {cfg.model} here (v6 tiny and small are converted)")
-    home = paddleocr_home()
-    models = home / "models"
+    peer = paddleocr_dirs()
     server = subprocess.Popen(
-        [str(home / "venv" / "bin" / "python"), str(Path(__file__).with_name("paddleocr_peer.py")),
-         "serve", "--models", str(models), "--size", size, "--threads", str(cfg.threads)],
+        [str(peer.bin / "python"), str(Path(__file__).with_name("paddleocr_peer.py")),
+         "serve", "--models", str(peer.models), "--size", size, "--threads", str(cfg.threads)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     assert server.stdin is not None
@@ -714,8 +721,8 @@ def available(engine: str) -> bool:
 
         return importlib.util.find_spec(engine.replace("-", "_")) is not None
     if engine == "paddleocr":
-        home = paddleocr_home()
-        return (home / "venv" / "bin" / "python").exists() and (home / "models").is_dir()
+        peer = paddleocr_dirs()
+        return (peer.bin / "python").exists() and peer.models.is_dir()
     return shutil.which("tesseract") is not None
 
 

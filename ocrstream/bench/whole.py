@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available, paddleocr_home
+from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available, paddleocr_dirs
 from ocrstream.bench.paddleocr_peer import model_name
 from ocrstream.streams.supervisor import terminate_with_parent
 
@@ -176,12 +176,16 @@ def _paddleocr_command(size: str, threads: int, pages: Sequence[Path], outdir: P
             if not link.exists():
                 link.symlink_to(page.resolve())
         source = str(folder)
-    home = paddleocr_home()
-    models = home / "models"
-    command = [str(home / "venv" / "bin" / "paddleocr"), "ocr", "-i", source]
+    peer = paddleocr_dirs()
+    command = [str(peer.bin / "paddleocr"), "ocr", "-i", source]
     for kind, option in (("det", "text_detection"), ("rec", "text_recognition")):
         name = model_name(size, kind)
-        command += [f"--{option}_model_name", name, f"--{option}_model_dir", str(models / name)]
+        command += [
+            f"--{option}_model_name",
+            name,
+            f"--{option}_model_dir",
+            str(peer.models / name),
+        ]
     for module in ("doc_orientation_classify", "doc_unwarping", "textline_orientation"):
         command += [f"--use_{module}", "False"]
     return [*command, "--device", "cpu", "--cpu_threads", str(threads)]

@@ -166,8 +166,7 @@ def test_a_broken_peer_venv_is_the_runs_error_with_what_it_printed(
 
 
 def _peer_ready() -> bool:
-    home = be.paddleocr_home()
-    return be.available("paddleocr") and (home / "models" / "PP-OCRv6_tiny_det").is_dir()
+    return be.available("paddleocr") and (be.paddleocr_dirs().models / "PP-OCRv6_tiny_det").is_dir()
 
 
 @pytest.mark.slow
