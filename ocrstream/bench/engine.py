@@ -27,7 +27,8 @@ long-running worker); text, CER and stage times are the first pass's.
   engine for det and rec (``Det.engine_type``/``Rec.engine_type`` ``openvino``), the run's
   threads (``inference_num_threads``) and thread pinning off (as ocrstream's OpenVINO runs:
   pinned, processes of one thread share a core); its other OpenVINO settings are the
-  library's defaults, so it runs in bf16 where OpenVINO chooses it by itself (CPUs with AMX).
+  library's defaults, so its precision is OpenVINO's default for the CPU (bf16 on a Xeon
+  with AMX).
 - **faster-paddle** (when importable): faster-paddle 1.0.4 (MIT; Rust pre/post-processing
   around its own onnxruntime build), with ITS OWN bundled PP-OCRv6 models of the size that
   matches ``model`` (``tiny`` or ``small``; it cannot load other files), ``threads`` threads per
