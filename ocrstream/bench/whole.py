@@ -52,6 +52,7 @@ from typing import Any
 
 from ocrstream.bench.engine import (
     PEER_SIZES,
+    RAPIDOCR_RUNTIMES,
     BenchConfig,
     available,
     paddleocr_dirs,
@@ -154,12 +155,13 @@ def commands(
                 "--threads", str(cfg.threads), "--model", cfg.model, "--backend", cfg.backend,
                 *paths]  # fmt: skip
     size = PEER_SIZES.get(cfg.model)
-    if engine in ("rapidocr", "rapidocr-openvino") and size is not None:
+    if engine in RAPIDOCR_RUNTIMES and size is not None:
         if len(paths) == 1 and engine == "rapidocr":  # its own command (onnxruntime only)
             exe = Path(sys.executable).with_name("rapidocr")
             return [str(exe), "-img", paths[0], "--ocr_version", "PP-OCRv6", "--model_type", size]
-        runtime = "openvino" if engine == "rapidocr-openvino" else "onnxruntime"
-        params = json.dumps(rapidocr_params(cfg, runtime), default=lambda v: v.value)
+        params = json.dumps(
+            rapidocr_params(cfg, RAPIDOCR_RUNTIMES[engine]), default=lambda v: v.value
+        )
         return [sys.executable, "-c", _RAPIDOCR_SCRIPT, params, *paths]
     if engine == "faster-paddle" and size is not None:
         return [sys.executable, "-c", _FASTER_PADDLE_SCRIPT, size, str(cfg.threads), *paths]
