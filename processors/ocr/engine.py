@@ -191,9 +191,7 @@ class OcrEngine:
         rec_path, self._rec_classes = self.models.rec_path, 0
         cpu = self._rec_backend.name in CPU_BACKENDS
         if self._rec_backend.name in COMPACT_HEAD_BACKENDS:
-            compact = ctc_best_model(
-                self.models.rec_path, settings.engine_cache_dir, self._rec_backend.name
-            )
+            compact = ctc_best_model(self.models.rec_path, settings.engine_cache_dir)
             if compact is not None:
                 rec_path, self._rec_classes = compact
         det_opts = det_options(settings)

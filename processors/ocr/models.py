@@ -502,17 +502,19 @@ def _write_joined(path: Path, target: Path, join: Callable[[Any], str]) -> Path:
     return target
 
 
-# Backends whose compact rec head finds each step's best class by equality with its maximum
-# instead of ONNX ArgMax (:func:`ctc_best_model`). OpenVINO's CPU plugin runs ArgMax as a TopK
-# (k=1) that took 21% of v6 small's and 32% of v6 tiny's bf16 rec time (8 lines of 320 px, one
-# thread, on a Zen 4); the equality form took 19% / 26% less rec time for the same output.
-# onnxruntime's own ArgMax is the faster there (docs/benchmarks.md, session 13).
-ARGMAX_BY_EQUALITY = frozenset({"openvino"})
+# Each step's best class is found in groups of this many classes (ctc_best_model): per group its
+# largest probability (one pass over every class), the step's maximum among those, the first
+# group that holds it, and the first class of that group equal to it. The same first maximum as
+# ONNX ArgMax or an Equal over all classes, without a second pass over PP-OCRv6's 18,710 classes
+# a step: that Equal and ArgMax took 13-16% of v6 small's rec on OpenVINO in bf16 (an Intel Xeon
+# with AMX, one line of 1,280 px) and 7-10% on onnxruntime (docs/benchmarks.md, session 48).
+CTC_GROUP = 64
+# The logit of the classes added to fill the last group (ctc_best_model): their probability is
+# exactly 0 in float32, bfloat16 and float16, and the value is a float16 one.
+NEVER = -3.0e4
 
 
-def ctc_best_model(
-    rec_path: Path, cache_dir: Path, backend: str = "onnxruntime"
-) -> tuple[Path, int] | None:
+def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
     """A copy of the rec model whose output is, per time step, the best class, its
     probability and the last class's (the space, where the dictionary has one: for
     :func:`.rec.ctc_greedy`'s restored spaces) instead of all probabilities (N × T × 3, the
@@ -520,20 +522,20 @@ def ctc_best_model(
 
     The full output of PP-OCRv6 rec is 18,710 floats per step, ~75 KB: copying it out of the
     runtime and taking its argmax in numpy cost ~5% of CPU rec time, for the same text. The
-    head is ReduceMax + Gather + Concat after the Softmax, and the best class's index either
-    as ONNX ArgMax or, for a backend of :data:`ARGMAX_BY_EQUALITY` (``backend``), as the
-    smallest index whose probability equals the maximum (Equal, Where over the class
-    indices, ReduceMin): the same first maximum that ArgMax returns, in a separate file.
-    Every ONNX runtime runs either. The copy lives in ``cache_dir/models`` named by the
-    source's hash; returns its path and the number of classes, or None when the model's
-    output is not a (N, T, classes) softmax or the cache is not writable. The number of
-    classes is kept beside the copy (``.classes``), so a process that finds both reads
-    neither model (start-up).
+    best class is the first of the highest probability, as ArgMax answers, found in groups of
+    :data:`CTC_GROUP` classes (ReduceMax per group and over the groups, then GatherElements of
+    the winning group and an Equal within it). The classes are filled up to whole groups by
+    giving the classifier before the Softmax (MatMul, Add) columns of zero weights and a
+    :data:`NEVER` bias, whose probability is 0 and which the Softmax's sum leaves as it was;
+    where the Softmax has another producer its output is padded with zeros instead (a copy).
+    Every ONNX runtime of opset 11 or later runs it. The copy lives in ``cache_dir/models``
+    named by the source's hash; returns its path and the number of classes, or None when the
+    model's output is not a (N, T, classes) softmax over its last axis, its opset is older
+    than 11, or the cache is not writable. The number of classes is kept beside the copy
+    (``.classes``), so a process that finds both reads neither model (start-up).
     """
     source_hash = file_digest(rec_path)
-    equality = backend in ARGMAX_BY_EQUALITY
-    suffix = "-eq" if equality else ""
-    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best-space{suffix}.onnx"
+    target = Path(cache_dir) / "models" / f"rec-{source_hash[:16]}-ctc-best-g{CTC_GROUP}.onnx"
     known = target.with_suffix(".classes")
     try:
         if target.is_file() and known.is_file():
@@ -542,7 +544,6 @@ def ctc_best_model(
         pass
     try:
         import onnx
-        from onnx import TensorProto, helper, numpy_helper
     except ImportError:
         return None
     try:
@@ -552,57 +553,17 @@ def ctc_best_model(
         producer = next((n for n in model.graph.node if out.name in n.output), None)
         if len(dims) != 3 or not dims[2].dim_value or producer is None:
             return None
-        if producer.op_type != "Softmax":
+        axis = next((a.i for a in producer.attribute if a.name == "axis"), None)
+        if producer.op_type != "Softmax" or axis not in (2, -1):
+            return None
+        opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        if opset < 11:  # Equal on floats, GatherElements
             return None
         classes = int(dims[2].dim_value)
         if target.is_file():
             _write_text(known, str(classes))
             return target, classes
-        opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-        graph = model.graph
-        if opset >= 18:
-            graph.initializer.append(helper.make_tensor("ctc_axes", TensorProto.INT64, [1], [2]))
-
-        def reduce(op: str, source: str, name: str) -> Any:
-            if opset >= 18:  # axes as an input from opset 18 (ReduceMax, ReduceMin)
-                return helper.make_node(op, [source, "ctc_axes"], [name], keepdims=1)
-            return helper.make_node(op, [source], [name], axes=[2], keepdims=1)
-
-        last = helper.make_tensor("ctc_last", TensorProto.INT64, [1], [classes - 1])
-        graph.initializer.append(last)
-        nodes = [reduce("ReduceMax", out.name, "ctc_max")]
-        if equality and opset >= 11:  # Equal on floats from opset 11
-            import numpy as np
-
-            graph.initializer.extend(
-                [
-                    numpy_helper.from_array(np.arange(classes, dtype=np.float32), "ctc_range"),
-                    numpy_helper.from_array(np.array(classes, np.float32), "ctc_none"),
-                ]
-            )
-            nodes += [
-                helper.make_node("Equal", [out.name, "ctc_max"], ["ctc_is_max"]),
-                helper.make_node("Where", ["ctc_is_max", "ctc_range", "ctc_none"], ["ctc_at"]),
-                reduce("ReduceMin", "ctc_at", "ctc_idx_f"),
-            ]
-        else:
-            nodes += [
-                helper.make_node("ArgMax", [out.name], ["ctc_idx"], axis=2, keepdims=1),
-                helper.make_node("Cast", ["ctc_idx"], ["ctc_idx_f"], to=TensorProto.FLOAT),
-            ]
-        nodes += [
-            helper.make_node("Gather", [out.name, "ctc_last"], ["ctc_space"], axis=2),
-            helper.make_node("Concat", ["ctc_idx_f", "ctc_max", "ctc_space"], ["ctc_best"], axis=2),
-        ]
-        graph.node.extend(nodes)
-        del graph.output[:]
-        graph.output.append(
-            helper.make_tensor_value_info(
-                "ctc_best",
-                TensorProto.FLOAT,
-                [dims[0].dim_param or "N", dims[1].dim_param or "T", 3],
-            )
-        )
+        _compact_head(model, producer, classes, opset)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
         onnx.save(model, str(tmp))
@@ -612,6 +573,125 @@ def ctc_best_model(
         log.warning("no compact rec head (%s): using the full output", e)
         return None
     return target, classes
+
+
+def _compact_head(model: Any, softmax: Any, classes: int, opset: int) -> None:
+    """Replace ``model``'s output (``softmax``'s, N × T × ``classes``) with the compact head
+    of :func:`ctc_best_model`, in place."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    groups = -(-classes // CTC_GROUP)
+    fill = groups * CTC_GROUP - classes
+    probs = graph.output[0].name
+    nodes: list[Any] = []
+    if fill and not _fill_classifier(graph, softmax, fill):
+        graph.initializer.append(
+            helper.make_tensor("ctc_pads", TensorProto.INT64, [6], [0, 0, 0, 0, 0, fill])
+        )
+        nodes.append(helper.make_node("Pad", [probs, "ctc_pads"], ["ctc_filled"]))
+        probs = "ctc_filled"
+
+    def reduce(op: str, source: str, name: str, axis: int) -> Any:
+        if opset >= 18:  # axes as an input from opset 18 (ReduceMax, ReduceMin)
+            return helper.make_node(op, [source, f"ctc_axis{axis}"], [name], keepdims=1)
+        return helper.make_node(op, [source], [name], axes=[axis], keepdims=1)
+
+    def ints(name: str, values: list[int]) -> None:
+        graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+
+    def floats(name: str, value: Any) -> None:
+        graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+
+    for axis in (2, 3):
+        ints(f"ctc_axis{axis}", [axis])
+    ints("ctc_grouped", [0, 0, groups, CTC_GROUP])
+    ints("ctc_steps", [0, 0, groups])
+    ints("ctc_one_group", [0, 0, 1, 1])
+    ints("ctc_group_wide", [1, 1, 1, CTC_GROUP])
+    ints("ctc_flat", [0, 0, CTC_GROUP])
+    ints("ctc_last", [classes - 1])
+    floats("ctc_group_range", np.arange(groups))
+    floats("ctc_group_none", groups)
+    floats("ctc_class_range", np.arange(CTC_GROUP))
+    floats("ctc_class_none", CTC_GROUP)
+    floats("ctc_group_size", CTC_GROUP)
+    node = helper.make_node
+    nodes += [
+        node("Reshape", [probs, "ctc_grouped"], ["ctc_by_group"]),  # N, T, G, K
+        reduce("ReduceMax", "ctc_by_group", "ctc_group_max4", 3),
+        node("Reshape", ["ctc_group_max4", "ctc_steps"], ["ctc_group_max"]),  # N, T, G
+        reduce("ReduceMax", "ctc_group_max", "ctc_max", 2),  # N, T, 1
+        node("Equal", ["ctc_group_max", "ctc_max"], ["ctc_group_is_max"]),
+        node("Where", ["ctc_group_is_max", "ctc_group_range", "ctc_group_none"], ["ctc_group_at"]),
+        reduce("ReduceMin", "ctc_group_at", "ctc_group_f", 2),  # N, T, 1: the first such group
+        node("Cast", ["ctc_group_f"], ["ctc_group"], to=TensorProto.INT64),
+        node("Reshape", ["ctc_group", "ctc_one_group"], ["ctc_group4"]),
+        node("Expand", ["ctc_group4", "ctc_group_wide"], ["ctc_group_index"]),  # N, T, 1, K
+        node("GatherElements", ["ctc_by_group", "ctc_group_index"], ["ctc_winner4"], axis=2),
+        node("Reshape", ["ctc_winner4", "ctc_flat"], ["ctc_winner"]),  # N, T, K
+        node("Equal", ["ctc_winner", "ctc_max"], ["ctc_class_is_max"]),
+        node("Where", ["ctc_class_is_max", "ctc_class_range", "ctc_class_none"], ["ctc_class_at"]),
+        reduce("ReduceMin", "ctc_class_at", "ctc_class_f", 2),
+        node("Mul", ["ctc_group_f", "ctc_group_size"], ["ctc_group_start"]),
+        node("Add", ["ctc_group_start", "ctc_class_f"], ["ctc_idx_f"]),
+        node("Gather", [graph.output[0].name, "ctc_last"], ["ctc_space"], axis=2),
+        node("Concat", ["ctc_idx_f", "ctc_max", "ctc_space"], ["ctc_best"], axis=2),
+    ]
+    graph.node.extend(nodes)
+    dims = graph.output[0].type.tensor_type.shape.dim
+    del graph.output[:]
+    graph.output.append(
+        helper.make_tensor_value_info(
+            "ctc_best", TensorProto.FLOAT, [dims[0].dim_param or "N", dims[1].dim_param or "T", 3]
+        )
+    )
+
+
+def _fill_classifier(graph: Any, softmax: Any, fill: int) -> bool:
+    """Give the classifier whose logits ``softmax`` reads (MatMul by a weight, then Add of a
+    bias, maybe through Identity) ``fill`` more classes of zero weights and a :data:`NEVER`
+    bias, in place; False, changing nothing, where the graph is not of that shape or the
+    weight or bias is used elsewhere too."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    producers = {o: n for n in graph.node for o in n.output}
+    initializers = {i.name: i for i in graph.initializer}
+    uses: dict[str, int] = {}
+    for n in graph.node:
+        for name in n.input:
+            uses[name] = uses.get(name, 0) + 1
+    chain = [softmax.input[0]]
+    add = producers.get(chain[-1])
+    while add is not None and add.op_type == "Identity":
+        chain.append(add.input[0])
+        add = producers.get(chain[-1])
+    if add is None or add.op_type != "Add" or len(add.input) != 2:
+        return False
+    bias_name = next((i for i in add.input if i in initializers), None)
+    other = next((i for i in add.input if i not in initializers), None)
+    matmul = producers.get(other) if other is not None else None
+    if bias_name is None or matmul is None or matmul.op_type != "MatMul":
+        return False
+    weight_name = matmul.input[1]
+    if weight_name not in initializers or uses.get(weight_name) != 1 or uses.get(bias_name) != 1:
+        return False
+    weight = numpy_helper.to_array(initializers[weight_name])
+    bias = numpy_helper.to_array(initializers[bias_name])
+    if weight.ndim != 2 or bias.shape != (weight.shape[1],):
+        return False
+    weight = np.concatenate([weight, np.zeros((weight.shape[0], fill), weight.dtype)], axis=1)
+    bias = np.concatenate([bias, np.full(fill, NEVER, bias.dtype)])
+    initializers[weight_name].CopyFrom(numpy_helper.from_array(weight, weight_name))
+    initializers[bias_name].CopyFrom(numpy_helper.from_array(bias, bias_name))
+    # the widened tensors' recorded shapes no longer hold
+    widened = {*chain, add.output[0], matmul.output[0], softmax.output[0]}
+    kept = [v for v in graph.value_info if v.name not in widened]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    return True
 
 
 # Backends that run det's folded tail (:func:`_fold_db_tail`) as 1×1 ConvTranspose rather

@@ -58,7 +58,7 @@ class LineRescue:
         self.backend_name = backend.name
         path, classes = models.rec_path, 0
         if backend.name in COMPACT_HEAD_BACKENDS:
-            compact = ctc_best_model(models.rec_path, settings.engine_cache_dir, backend.name)
+            compact = ctc_best_model(models.rec_path, settings.engine_cache_dir)
             if compact is not None:
                 path, classes = compact
         # one stream: the rescue reads a page's few weak lines in one batch

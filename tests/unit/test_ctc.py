@@ -255,94 +255,159 @@ def _cpu_backends() -> list[str]:
     return sorted(installed())
 
 
+def _rendered_lines(texts: list[str], width: int) -> np.ndarray:
+    """Printed lines as rec reads them: black text on white at rec's 48 px, normalised."""
+    import cv2
+
+    lines = np.full((len(texts), 48, width, 3), 255, np.uint8)
+    for line, text in zip(lines, texts, strict=True):
+        cv2.putText(line, text, (4, 34), cv2.FONT_HERSHEY_SIMPLEX, 0.9, (0, 0, 0), 2)
+    return (lines.transpose(0, 3, 1, 2).astype(np.float32) / 127.5 - 1.0).copy()
+
+
 @pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
 def test_compact_ctc_head_decodes_like_the_full_output(tmp_path, backend_name):
-    """The derived rec model (best class + probability per step) reads exactly the same, in
-    both forms: ArgMax (onnxruntime) and the first maximum by equality (OpenVINO)."""
+    """The derived rec model (best class + probability per step) reads printed lines exactly
+    as the full output does, on either runtime, from one file for both."""
     from ocrstream.processors.ocr.backends import create_key
     from ocrstream.processors.ocr.backends.base import SessionOptions
-    from ocrstream.processors.ocr.models import ctc_best_model, load_model_set
+    from ocrstream.processors.ocr.models import CTC_GROUP, ctc_best_model, load_model_set
 
     if backend_name not in _cpu_backends():
         pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
     models = load_model_set("ppocrv6-tiny")
-    made = ctc_best_model(models.rec_path, tmp_path, backend_name)
+    made = ctc_best_model(models.rec_path, tmp_path)
     assert made is not None
     path, classes = made
     assert classes == len(models.charset)
-    assert ctc_best_model(models.rec_path, tmp_path, backend_name) == made  # cached by hash
-    other = "openvino" if backend_name == "onnxruntime" else "onnxruntime"
-    assert ctc_best_model(models.rec_path, tmp_path, other)[0] != path  # type: ignore[index]
+    assert ctc_best_model(models.rec_path, tmp_path) == made  # cached by hash
     backend, options = create_key(backend_name), SessionOptions(threads=1)
     full, compact = (
         backend.load(models.rec_path, "rec", options),
         backend.load(path, "rec", options),
     )
-    x = np.random.default_rng(0).uniform(-1, 1, (3, 3, 48, 160)).astype(np.float32)
+    texts = ["Invoice 2291, total 1,250.00", "The quick brown fox jumps", "QZXJ vwyk 7@#%&"]
+    x = _rendered_lines(texts, 480)
     out, probs = compact.run(x), full.run(x)
     assert out.shape == (*probs.shape[:2], 3)
-    np.testing.assert_array_equal(out[..., 0], probs.argmax(axis=2))
+    best = probs.argmax(axis=2)
+    # letters and figures in the first two groups of 64 classes, the space in the last
+    assert {0, 1, (classes - 1) // CTC_GROUP} <= set((best[best > 0] // CTC_GROUP).tolist())
+    np.testing.assert_array_equal(out[..., 0], best)
     np.testing.assert_allclose(out[..., 1], probs.max(axis=2), rtol=1e-6)
     np.testing.assert_allclose(out[..., 2], probs[..., -1], rtol=1e-5, atol=1e-7)
-    assert ctc_greedy(out, models.charset) == ctc_greedy(probs, models.charset)
+    read = ctc_greedy(out, models.charset)
+    assert read == ctc_greedy(probs, models.charset)
+    assert [text for text, _ in read][:2] == texts[:2]
     assert ctc_greedy(out, models.charset, 0.1) == ctc_greedy(probs, models.charset, 0.1)
 
 
-@pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
-def test_compact_ctc_head_takes_the_first_of_tied_classes(tmp_path, backend_name):
-    """Where two classes tie for the best probability, both forms of the head answer the
-    first, as ArgMax does; the 19,000 classes check that the index is exact past bf16's
-    and float16's integers."""
+def _stand_in_rec(path, classes: int, classifier: bool) -> None:
+    """A stand-in rec model, (N, 3, 48, W) -> Softmax over ``classes`` per step: its logits a
+    slice of the input itself, or (``classifier``) the input's steps of 8 values each through
+    MatMul and Add, as PP-OCR's rec head computes them."""
     import onnx
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
+    inits = [helper.make_tensor("axes", TensorProto.INT64, [1], [1])]
+    if classifier:
+        weight = _stand_in_weight(classes)
+        nodes = [
+            helper.make_node("Reshape", ["x", "shape"], ["steps"]),
+            helper.make_node("MatMul", ["steps", "weight"], ["product"]),
+            helper.make_node("Add", ["product", "bias"], ["logits"]),
+        ]
+        inits += [
+            helper.make_tensor("shape", TensorProto.INT64, [3], [0, -1, 8]),
+            numpy_helper.from_array(weight, "weight"),
+            numpy_helper.from_array(np.zeros(classes, np.float32), "bias"),
+        ]
+    else:
+        nodes = [
+            helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+            helper.make_node("Slice", ["flat", "starts", "ends", "axes"], ["logits"]),
+        ]
+        inits += [
+            helper.make_tensor("shape", TensorProto.INT64, [3], [0, -1, classes]),
+            helper.make_tensor("starts", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("ends", TensorProto.INT64, [1], [2]),
+        ]
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("Softmax", ["logits"], ["probs"], axis=2)],
+        "stand-in",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 48, "W"])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", "T", classes])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
+
+
+# the classes a classifier stand-in's eight features pick, in groups of CTC_GROUP (64) and
+# past the integers that bf16 (256) and float16 (2,048) hold
+TIE_CLASSES = (7, 18_001, 18_700, 18_999, 63, 64, 12_345, 18_998)
+
+
+@pytest.mark.parametrize("classifier", [False, True], ids=["padded", "classifier-filled"])
+@pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
+def test_compact_ctc_head_takes_the_first_of_tied_classes(tmp_path, backend_name, classifier):
+    """Where two classes tie for the best probability, the head answers the first, as ArgMax
+    does, within a group of classes and across groups; the classes added to fill the last
+    group (the classifier's, or the Softmax's output padded) never win; the 19,000 classes
+    check that the index is exact past bf16's and float16's integers."""
     from ocrstream.processors.ocr.backends import create_key
     from ocrstream.processors.ocr.backends.base import SessionOptions
     from ocrstream.processors.ocr.models import ctc_best_model
 
     if backend_name not in _cpu_backends():
         pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
-    classes = 19_000
-    # a stand-in rec model: (N, 3, 48, W) -> logits from a slice of the input -> Softmax
-    graph = helper.make_graph(
-        [
-            helper.make_node("Reshape", ["x", "shape"], ["flat"]),
-            helper.make_node("Slice", ["flat", "starts", "ends", "axes"], ["logits"]),
-            helper.make_node("Softmax", ["logits"], ["probs"], axis=2),
-        ],
-        "tied",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 48, "W"])],
-        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", "T", classes])],
-        [
-            helper.make_tensor("shape", TensorProto.INT64, [3], [0, -1, classes]),
-            helper.make_tensor("starts", TensorProto.INT64, [1], [0]),
-            helper.make_tensor("ends", TensorProto.INT64, [1], [2]),
-            helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    model.ir_version = 7
-    source = tmp_path / "tied.onnx"
-    onnx.save(model, str(source))
-    made = ctc_best_model(source, tmp_path, backend_name)
+    classes = 19_000  # 296 groups of 64 and 56 classes over: the last group is filled
+    source = tmp_path / "stand-in.onnx"
+    _stand_in_rec(source, classes, classifier)
+    made = ctc_best_model(source, tmp_path)
     assert made is not None
     assert made[1] == classes
-    logits = np.zeros((2, 2, classes), np.float32)
-    logits[0, 0, [7, 18_001]] = 5.0  # a tie: 7 first
-    logits[0, 1, [18_700, 18_999]] = 4.0  # a tie between two large indices
-    logits[1, 0, 18_709] = 3.0  # one best, past every integer bf16 holds (256)
-    logits[1, 1, classes - 1] = 2.0  # the last class (the space)
-    x = np.zeros((2, 3, 48, 2375), np.float32)  # 3 * 48 * 2375 = 18 steps of 19,000 classes
-    x.reshape(2, -1)[:, : 2 * classes] = logits.reshape(2, -1)
     session = create_key(backend_name).load(
         made[0], "rec", SessionOptions(threads=1, precision="bf16")
     )
+    if classifier:
+        features = np.zeros((2, 5, 8), np.float32)
+        features[0, 0, [0, 1]] = 1.0  # 7 and 18,001 tie: 7
+        features[0, 1, [4, 5]] = 1.0  # 63 and 64, the ends of two groups, tie: 63
+        features[0, 2, [2, 3]] = 1.0  # 18,700 and the space (18,999) tie: 18,700
+        features[1, 0, 7] = 1.0  # 18,998 alone
+        features[1, 1, [7, 3]] = 1.0  # two in the last group: 18,998
+        features[1, 2, 6] = 1.0  # 12,345 alone
+        # steps 3 and 4 of each line: nothing at all, every class alike: class 0
+        x = np.zeros((2, 3 * 48 * 5, 8), np.float32)  # 720 steps of 8 values
+        x[:, :5] = features
+        x = x.reshape(2, 3, 48, 40)
+        want = [[7, 63, 18_700, 0, 0], [18_998, 18_998, 12_345, 0, 0]]
+        logits = features @ _stand_in_weight(classes)
+    else:
+        logits = np.zeros((2, 2, classes), np.float32)
+        logits[0, 0, [7, 18_001]] = 5.0  # a tie: 7 first
+        logits[0, 1, [18_700, 18_999]] = 4.0  # a tie between two large indices
+        logits[1, 0, 18_709] = 3.0  # one best, past every integer bf16 holds (256)
+        logits[1, 1, classes - 1] = 2.0  # the last class (the space)
+        x = np.zeros((2, 3, 48, 2375), np.float32)  # 3 * 48 * 2375 = 18 steps of 19,000
+        x.reshape(2, -1)[:, : 2 * classes] = logits.reshape(2, -1)
+        want = [[7, 18_700], [18_709, classes - 1]]
     out = session.run(x)
-    assert out[:, :2, 0].tolist() == [[7.0, 18_700.0], [18_709.0, classes - 1.0]]
+    steps = len(want[0])
+    assert out[:, :steps, 0].tolist() == want
     probs = np.exp(logits - logits.max(2, keepdims=True))
     probs /= probs.sum(2, keepdims=True)
-    np.testing.assert_allclose(out[:, :2, 1], probs.max(2), rtol=1e-4)
-    np.testing.assert_allclose(out[:, :2, 2], probs[..., -1], rtol=1e-4)
+    np.testing.assert_allclose(out[:, :steps, 1], probs.max(2), rtol=1e-4)
+    np.testing.assert_allclose(out[:, :steps, 2], probs[..., -1], rtol=1e-4)
+
+
+def _stand_in_weight(classes: int) -> np.ndarray:
+    weight = np.zeros((8, classes), np.float32)
+    for k, c in enumerate(TIE_CLASSES):
+        weight[k, c] = 4.0
+    return weight
 
 
 def test_the_engine_restores_no_space_on_clean_lines_and_keys_the_cache_apart(ocr_engine):

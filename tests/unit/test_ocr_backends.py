@@ -122,7 +122,7 @@ def test_a_model_compiled_in_f32_then_in_bf16_in_one_cache_runs_in_each(tmp_path
 
     if not _runs_bf16():
         pytest.skip("this CPU has no bf16 for OpenVINO to run (no AVX512_BF16 or AMX)")
-    rec = ctc_best_model(load_model_set(model).rec_path, tmp_path, "openvino")
+    rec = ctc_best_model(load_model_set(model).rec_path, tmp_path)
     assert rec is not None
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 48, 320)).astype(np.float32)
 

@@ -132,12 +132,14 @@ STAGES = ("det", "rec")
 OPENVINO_BF16 = "openvino:bf16"
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # 1 measured a 512x384 det input: too small to tell the backends apart; 2 had no bf16 det;
-# 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (models.ARGMAX_BY_EQUALITY)
-# and det with its Sigmoid (models.det_logits_model); 5 det's upsampling tail unfolded; 6 no
-# new shapes (warm times alone); 7 rec on two large batches, each split over the streams; 8
-# rec's new shapes weighed as much as its warm runs (as det's still are); 9 timed bf16 on the
-# blob OpenVINO's cache held from the f32 candidate's compile (openvino_backend.blob_folder)
-FORMAT = 10
+# 3 no bf16 rec; 4 measured OpenVINO's rec with the ArgMax head (before its best class was
+# found by equality) and det with its Sigmoid (models.det_logits_model); 5 det's upsampling
+# tail unfolded; 6 no new shapes (warm times alone); 7 rec on two large batches, each split
+# over the streams; 8 rec's new shapes weighed as much as its warm runs (as det's still are);
+# 9 timed bf16 on the blob OpenVINO's cache held from the f32 candidate's compile
+# (openvino_backend.blob_folder); 10 rec's head searched all classes at once (before
+# models.CTC_GROUP)
+FORMAT = 11
 # How much the run of the new-shape inputs weighs beside the warm run, per stage: how often the
 # engine meets a shape for the first time. Det: most pages of a first batch of receipts are a
 # shape of their own (31 shapes in 50 receipts), so as much as the warm run. Rec, one line per
@@ -530,8 +532,7 @@ def default_loader(settings: OcrSettings, models: ModelSet) -> Loader:
             path = logits if logits is not None else models.det_path
             kind, options = "det", det_options(settings)
         else:
-            # each backend's own compact head (models.ARGMAX_BY_EQUALITY)
-            compact = ctc_best_model(models.rec_path, settings.engine_cache_dir, name)
+            compact = ctc_best_model(models.rec_path, settings.engine_cache_dir)
             path = compact[0] if compact is not None else models.rec_path
             kind, options = "rec", rec_options(settings)
         if precision is not None:
