@@ -78,6 +78,7 @@ from ocrstream.processors.ocr.geometry import (
     turn_quad_180,
 )
 from ocrstream.processors.ocr.models import (
+    SPLIT_CONCATS,
     ModelSet,
     ctc_best_model,
     det_logits_model,
@@ -352,6 +353,10 @@ class OcrEngine:
                 options["rec_column_thicken"] = self.models.rec_column_thicken
         # a page left with its lines standing is read right to left (order.runs_down)
         options["standing_lines"] = "right_to_left"
+        if self._det_logits and self._backend.name in SPLIT_CONCATS:
+            # det's Conv of joined channels as one Conv a part, summed (models._split_concats):
+            # in bf16 a few boxes move (session 48)
+            options["det_concats"] = "split"
         # only when set: the fingerprints of other engines stay as they were
         if self.det_precision:
             options["det_precision"] = self.det_precision

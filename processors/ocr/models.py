@@ -699,6 +699,13 @@ def _fill_classifier(graph: Any, softmax: Any, fill: int) -> bool:
 # so the tail keeps the f32 arithmetic of the two it replaces under bf16 (a bf16 Conv moved 101
 # bitmap pixels of a receipt); onnxruntime's 1×1 Conv is the faster there, and exact too.
 TAIL_AS_TRANSPOSE = frozenset({"openvino"})
+# Backends whose det copy computes a Conv of concatenated channels as one Conv per input, summed
+# (:func:`_split_concats`). OpenVINO's CPU plugin joins channels that do not fill its 16-channel
+# blocks with its reference kernel: v6 small's stem (24 + 24 channels at half the input's size)
+# took 7.7 of its 134 ms in bf16 (1,600 × 736, one thread, an Intel Xeon with AMX). Split, det
+# took 5-13% less time in bf16 and f32; onnxruntime's was no faster (docs/benchmarks.md,
+# session 48).
+SPLIT_CONCATS = frozenset({"openvino"})
 
 
 def det_logits_model(det_path: Path, cache_dir: Path, backend: str = "onnxruntime") -> Path | None:
@@ -715,13 +722,16 @@ def det_logits_model(det_path: Path, cache_dir: Path, backend: str = "onnxruntim
     graph has that shape, the copy computes it at a quarter of the input's size instead
     (:func:`_fold_db_tail`): the same logits, to the bit on the models shipped, in 5–10% less
     det time. ``backend`` picks the form of the folded convolutions
-    (:data:`TAIL_AS_TRANSPOSE`), so each backend has its own file.
+    (:data:`TAIL_AS_TRANSPOSE`) and whether convolutions of joined channels are split
+    (:data:`SPLIT_CONCATS`, :func:`_split_concats`), so each backend has its own file.
 
     The copy lives in ``cache_dir/models`` named by the source's hash; None when the model's
     output is not a Sigmoid's (reached through Identity nodes) or the cache is not writable:
     the engine then runs the model as it is.
     """
     form = "t" if backend in TAIL_AS_TRANSPOSE else "c"
+    split = backend in SPLIT_CONCATS
+    form += "-split" if split else ""
     target = Path(cache_dir) / "models" / f"det-{file_digest(det_path)[:16]}-logits-{form}.onnx"
     if target.is_file():
         return target
@@ -756,8 +766,10 @@ def det_logits_model(det_path: Path, cache_dir: Path, backend: str = "onnxruntim
         graph.node.extend(kept)
         if not chain:
             graph.output[0].name = logits
-        if not _fold_db_tail(graph, logits, transpose=form == "t"):
+        if not _fold_db_tail(graph, logits, transpose=backend in TAIL_AS_TRANSPOSE):
             log.info("det model %s: no DB upsampling tail to fold", det_path.name)
+        if split:
+            _split_concats(model)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(f".{threading.get_ident()}.tmp")
         onnx.save(model, str(tmp))
@@ -766,6 +778,72 @@ def det_logits_model(det_path: Path, cache_dir: Path, backend: str = "onnxruntim
         log.warning("no det logits model (%s): using det as it is", e)
         return None
     return target
+
+
+def _split_concats(model: Any) -> int:
+    """Replace, in place, each Conv (group 1) that alone reads a Concat of channels (through
+    Identity nodes) with one Conv per joined input, over that input's slice of the weight's
+    input channels, summed by Add nodes (a bias, if the Conv has one, on the first): the same
+    sums in another order, so float32 logits move by ~2e-5. The Concat is left to no reader.
+    A Concat whose inputs' channel counts shape inference cannot tell is left as it is.
+    Returns how many were split."""
+    import numpy as np
+    from onnx import helper, numpy_helper, shape_inference
+
+    graph = model.graph
+    channels: dict[str, int] = {}
+    for info in shape_inference.infer_shapes(model).graph.value_info:
+        dims = info.type.tensor_type.shape.dim
+        if len(dims) == 4 and dims[1].dim_value:
+            channels[info.name] = dims[1].dim_value
+    initializers = {i.name: i for i in graph.initializer}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    split = 0
+    for concat in [n for n in graph.node if n.op_type == "Concat"]:
+        axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
+        joined, read_by = concat.output[0], readers.get(concat.output[0], [])
+        while len(read_by) == 1 and read_by[0].op_type == "Identity":
+            joined = read_by[0].output[0]
+            read_by = readers.get(joined, [])
+        if axis != 1 or len(read_by) != 1 or read_by[0].op_type != "Conv":
+            continue
+        conv = read_by[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in conv.attribute}
+        if attrs.get("group", 1) != 1 or conv.input[0] != joined:
+            continue
+        if conv.input[1] not in initializers or len(readers.get(conv.input[1], [])) != 1:
+            continue
+        weight = numpy_helper.to_array(initializers[conv.input[1]])
+        counts = [channels.get(name, 0) for name in concat.input]
+        if not all(counts) or sum(counts) != weight.shape[1]:
+            continue
+        nodes, start, parts = [], 0, []
+        for k, (name, count) in enumerate(zip(concat.input, counts, strict=True)):
+            part = f"{conv.input[1]}.part{k}"
+            graph.initializer.append(
+                numpy_helper.from_array(
+                    np.ascontiguousarray(weight[:, start : start + count]), part
+                )
+            )
+            start += count
+            inputs = [name, part, *(conv.input[2:] if k == 0 else [])]
+            parts.append(f"{conv.output[0]}.part{k}")
+            nodes.append(helper.make_node("Conv", inputs, [parts[-1]], **attrs))
+        total = parts[0]
+        for k in range(1, len(parts)):
+            out = conv.output[0] if k == len(parts) - 1 else f"{conv.output[0]}.sum{k}"
+            nodes.append(helper.make_node("Add", [total, parts[k]], [out]))
+            total = out
+        at = list(graph.node).index(conv)
+        graph.node.remove(conv)
+        for offset, node in enumerate(nodes):
+            graph.node.insert(at + offset, node)
+        graph.initializer.remove(initializers.pop(conv.input[1]))
+        split += 1
+    return split
 
 
 def _fold_db_tail(graph: Any, output: str, *, transpose: bool) -> bool:

@@ -138,7 +138,7 @@ BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 # over the streams; 8 rec's new shapes weighed as much as its warm runs (as det's still are);
 # 9 timed bf16 on the blob OpenVINO's cache held from the f32 candidate's compile
 # (openvino_backend.blob_folder); 10 rec's head searched all classes at once (before
-# models.CTC_GROUP)
+# models.CTC_GROUP) and OpenVINO's det joined channels in a Concat (models.SPLIT_CONCATS)
 FORMAT = 11
 # How much the run of the new-shape inputs weighs beside the warm run, per stage: how often the
 # engine meets a shape for the first time. Det: most pages of a first batch of receipts are a
