@@ -272,10 +272,53 @@ def test_det_without_its_sigmoid_gives_the_same_probabilities(tmp_path, backend_
     assert len(boxes_from_map(got[0, 0], *page.shape[:2], params)) == 2
 
 
+def _derived(tmp_path, backend_name, model):
+    """``model`` saved as a det model, and the copy the engine loads for ``backend_name``
+    (models.det_logits_model): (source, copy). Skips where that backend is not installed."""
+    import onnx
+
+    from ocrstream.processors.ocr.backends.choice import installed
+    from ocrstream.processors.ocr.models import det_logits_model
+
+    if backend_name not in installed():
+        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
+    source = tmp_path / "det.onnx"
+    onnx.save(model, str(source))
+    derived = det_logits_model(source, tmp_path, backend_name)
+    assert derived is not None
+    return source, derived
+
+
+def _both_logits(backend_name, source, derived, size):
+    """The derived copy's logits and the source's own (its Sigmoid taken off, nothing else
+    changed) on one random input of ``size`` (height, width), in f32 on ``backend_name``."""
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import SessionOptions
+
+    x = np.random.default_rng(3).normal(size=(1, 3, *size)).astype(np.float32)
+    backend, options = create_key(backend_name), SessionOptions(threads=1)
+    plain = _logits_of(source, source.with_name("plain.onnx"))
+    return backend.load(derived, "det", options).run(x), backend.load(plain, "det", options).run(x)
+
+
+def _det_stand_in(nodes, inits, name):
+    """A made-up det model of ``nodes``: a 3-channel image ``x`` in, the map ``prob`` out."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
 def _joined_channels_graph():
     """A made-up det model whose last Conv (stride 2, with a bias) reads a Concat of 3 and 5
     channels through an Identity, then a Sigmoid."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(11)
 
@@ -299,14 +342,7 @@ def _joined_channels_graph():
         helper.make_node("Conv", ["y", "w1"], ["logit"]),
         helper.make_node("Sigmoid", ["logit"], ["prob"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "joined",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
-        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return _det_stand_in(nodes, inits, "joined")
 
 
 @pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
@@ -316,26 +352,13 @@ def test_a_conv_of_joined_channels_runs_as_one_conv_a_part(tmp_path, backend_nam
     rounding, and nothing reads the Concat any more; onnxruntime's copy keeps the Concat."""
     import onnx
 
-    from ocrstream.processors.ocr.backends import create_key
-    from ocrstream.processors.ocr.backends.base import SessionOptions
-    from ocrstream.processors.ocr.backends.choice import installed
-    from ocrstream.processors.ocr.models import det_logits_model
-
-    if backend_name not in installed():
-        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
-    source = tmp_path / "det.onnx"
-    onnx.save(_joined_channels_graph(), str(source))
-    derived = det_logits_model(source, tmp_path, backend_name)
-    assert derived is not None
+    source, derived = _derived(tmp_path, backend_name, _joined_channels_graph())
     nodes = onnx.load(str(derived)).graph.node
     read = {name for node in nodes for name in node.input}
     split = backend_name in SPLIT_CONCATS
     assert ("passed" in read) is not split
     assert sum(n.op_type == "Conv" for n in nodes) == (5 if split else 4)
-    x = np.random.default_rng(5).normal(size=(1, 3, 9, 13)).astype(np.float32)
-    backend, options = create_key(backend_name), SessionOptions(threads=1)
-    got = backend.load(derived, "det", options).run(x)
-    want = backend.load(_logits_of(source, tmp_path / "joined.onnx"), "det", options).run(x)
+    got, want = _both_logits(backend_name, source, derived, (9, 13))
     assert got.shape == want.shape == (1, 1, 5, 7)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -343,7 +366,7 @@ def test_a_conv_of_joined_channels_runs_as_one_conv_a_part(tmp_path, backend_nam
 def _tail_graph(pads=(0, 0, 0, 0)):
     """A made-up DB tail: 3 -> 4 channels upsampled twice by stride-2 2x2 ConvTranspose, with
     biases, Relu between, an Identity on the way and a Sigmoid at the end."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(7)
     inits = [
@@ -363,14 +386,7 @@ def _tail_graph(pads=(0, 0, 0, 0)):
         helper.make_node("Add", ["u2", "b2"], ["logit"]),
         helper.make_node("Sigmoid", ["logit"], ["prob"]),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "db-tail",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
-        [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return _det_stand_in(nodes, inits, "db-tail")
 
 
 @pytest.mark.parametrize("backend_name", ["onnxruntime", "openvino"])
@@ -379,24 +395,11 @@ def test_a_folded_db_tail_gives_the_logits_of_the_two_upsamplings(tmp_path, back
     two transposed convolutions it replaces (made-up weights; in f32)."""
     import onnx
 
-    from ocrstream.processors.ocr.backends import create_key
-    from ocrstream.processors.ocr.backends.base import SessionOptions
-    from ocrstream.processors.ocr.backends.choice import installed
-    from ocrstream.processors.ocr.models import det_logits_model
-
-    if backend_name not in installed():
-        pytest.skip(f"{backend_name} is not installed (no OpenVINO wheel for this platform)")
-    source = tmp_path / "det.onnx"
-    onnx.save(_tail_graph(), str(source))
-    derived = det_logits_model(source, tmp_path, backend_name)
-    assert derived is not None
+    source, derived = _derived(tmp_path, backend_name, _tail_graph())
     ops = [n.op_type for n in onnx.load(str(derived)).graph.node]
     assert ops.count("ConvTranspose") == (2 if backend_name == "openvino" else 0)
     assert ops[-1] == "DepthToSpace"
-    x = np.random.default_rng(3).normal(size=(1, 3, 5, 7)).astype(np.float32)
-    backend, options = create_key(backend_name), SessionOptions(threads=1)
-    got = backend.load(derived, "det", options).run(x)
-    want = backend.load(_logits_of(source, tmp_path / "unfolded.onnx"), "det", options).run(x)
+    got, want = _both_logits(backend_name, source, derived, (5, 7))
     assert got.shape == want.shape == (1, 1, 20, 28)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
