@@ -553,11 +553,13 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
         producer = next((n for n in model.graph.node if out.name in n.output), None)
         if len(dims) != 3 or not dims[2].dim_value or producer is None:
             return None
-        axis = next((a.i for a in producer.attribute if a.name == "axis"), None)
-        if producer.op_type != "Softmax" or axis not in (2, -1):
-            return None
         opset = max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
         if opset < 11:  # Equal on floats, GatherElements
+            return None
+        axis = next((a.i for a in producer.attribute if a.name == "axis"), None)
+        if axis is None:  # ONNX's default: the last axis from opset 13, the second before
+            axis = -1 if opset >= 13 else 1
+        if producer.op_type != "Softmax" or axis not in (2, -1):
             return None
         classes = int(dims[2].dim_value)
         if target.is_file():

@@ -447,3 +447,34 @@ def test_a_chinese_page_reads_with_its_mark_widths(ocr_engine):
     assert raw.edits < 0.02 * raw.ref_chars
     as_read = OcrEngine(ocr_engine.settings.model_copy(update={"rec_mark_width": False}))
     assert ocr_engine.fingerprint("text") != as_read.fingerprint("text")
+
+
+@pytest.mark.parametrize(("opset", "compact"), [(11, False), (13, True), (18, True)])
+def test_a_softmax_without_an_axis_gets_the_compact_head_only_where_it_means_the_last(
+    tmp_path, opset, compact
+):
+    """ONNX's Softmax without an axis normalises over the last axis from opset 13 and over
+    every axis after the first before: only the latter is a per-step softmax to compact. The
+    head is written in the model's opset (reductions' axes as an input from 18)."""
+    import onnx
+
+    from ocrstream.processors.ocr.backends import create_key
+    from ocrstream.processors.ocr.backends.base import SessionOptions
+    from ocrstream.processors.ocr.models import ctc_best_model
+
+    source = tmp_path / "stand-in.onnx"
+    _stand_in_rec(source, 100, classifier=False)
+    model = onnx.load(str(source))
+    softmax = next(n for n in model.graph.node if n.op_type == "Softmax")
+    del softmax.attribute[:]
+    model.opset_import[0].version = opset
+    onnx.save(model, str(source))
+    made = ctc_best_model(source, tmp_path)
+    assert (made is not None) is compact
+    if made is not None:
+        logits = np.zeros((1, 2, 100), np.float32)
+        logits[0, 0, 70] = logits[0, 1, 99] = 3.0  # the second group, and the space
+        x = np.zeros((1, 3, 48, 25), np.float32)  # 3,600 values: 36 steps of 100 classes
+        x.reshape(-1)[:200] = logits.reshape(-1)
+        session = create_key("onnxruntime").load(made[0], "rec", SessionOptions(threads=1))
+        assert session.run(x)[0, :2, 0].tolist() == [70.0, 99.0]
