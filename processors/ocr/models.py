@@ -606,8 +606,9 @@ def _compact_head(model: Any, softmax: Any, classes: int, opset: int) -> None:
     def floats(name: str, value: Any) -> None:
         graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
 
-    for axis in (2, 3):
-        ints(f"ctc_axis{axis}", [axis])
+    if opset >= 18:  # an initializer no node reads draws a warning from onnxruntime
+        for axis in (2, 3):
+            ints(f"ctc_axis{axis}", [axis])
     ints("ctc_grouped", [0, 0, groups, CTC_GROUP])
     ints("ctc_steps", [0, 0, groups])
     ints("ctc_one_group", [0, 0, 1, 1])

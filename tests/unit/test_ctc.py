@@ -478,3 +478,16 @@ def test_a_softmax_without_an_axis_gets_the_compact_head_only_where_it_means_the
         x.reshape(-1)[:200] = logits.reshape(-1)
         session = create_key("onnxruntime").load(made[0], "rec", SessionOptions(threads=1))
         assert session.run(x)[0, :2, 0].tolist() == [70.0, 99.0]
+
+
+def test_the_compact_head_adds_no_initializer_that_no_node_reads(tmp_path):
+    """onnxruntime warns, at every start of every worker, of each initializer no node reads."""
+    import onnx
+
+    from ocrstream.processors.ocr.models import ctc_best_model, load_model_set
+
+    made = ctc_best_model(load_model_set("ppocrv6-tiny").rec_path, tmp_path)
+    assert made is not None
+    graph = onnx.load(str(made[0])).graph
+    read = {name for node in graph.node for name in node.input}
+    assert [i.name for i in graph.initializer if i.name not in read] == []
