@@ -577,6 +577,17 @@ def ctc_best_model(rec_path: Path, cache_dir: Path) -> tuple[Path, int] | None:
     return target, classes
 
 
+def _links(graph: Any) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """Each tensor's producing node, and the nodes that read it (one entry per input that
+    names it): what the graph rewrites here walk."""
+    producers = {out: node for node in graph.node for out in node.output}
+    readers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return producers, readers
+
+
 def _compact_head(model: Any, softmax: Any, classes: int, opset: int) -> None:
     """Replace ``model``'s output (``softmax``'s, N × T × ``classes``) with the compact head
     of :func:`ctc_best_model`, in place."""
@@ -660,12 +671,8 @@ def _fill_classifier(graph: Any, softmax: Any, fill: int) -> bool:
     import numpy as np
     from onnx import numpy_helper
 
-    producers = {o: n for n in graph.node for o in n.output}
+    producers, readers = _links(graph)
     initializers = {i.name: i for i in graph.initializer}
-    uses: dict[str, int] = {}
-    for n in graph.node:
-        for name in n.input:
-            uses[name] = uses.get(name, 0) + 1
     chain = [softmax.input[0]]
     add = producers.get(chain[-1])
     while add is not None and add.op_type == "Identity":
@@ -679,7 +686,9 @@ def _fill_classifier(graph: Any, softmax: Any, fill: int) -> bool:
     if bias_name is None or matmul is None or matmul.op_type != "MatMul":
         return False
     weight_name = matmul.input[1]
-    if weight_name not in initializers or uses.get(weight_name) != 1 or uses.get(bias_name) != 1:
+    if weight_name not in initializers or any(
+        len(readers.get(name, [])) != 1 for name in (weight_name, bias_name)
+    ):
         return False
     weight = numpy_helper.to_array(initializers[weight_name])
     bias = numpy_helper.to_array(initializers[bias_name])
@@ -800,10 +809,7 @@ def _split_concats(model: Any) -> int:
         if len(dims) == 4 and dims[1].dim_value:
             channels[info.name] = dims[1].dim_value
     initializers = {i.name: i for i in graph.initializer}
-    readers: dict[str, list[Any]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    _, readers = _links(graph)
     split = 0
     for concat in [n for n in graph.node if n.op_type == "Concat"]:
         axis = next((a.i for a in concat.attribute if a.name == "axis"), None)
@@ -866,11 +872,7 @@ def _fold_db_tail(graph: Any, output: str, *, transpose: bool) -> bool:
     import numpy as np
     from onnx import helper, numpy_helper
 
-    producers = {out: node for node in graph.node for out in node.output}
-    consumers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers[name] = consumers.get(name, 0) + 1
+    producers, readers = _links(graph)
     consts = {init.name: init for init in graph.initializer}
     taken: list[Any] = []
 
@@ -878,11 +880,11 @@ def _fold_db_tail(graph: Any, output: str, *, transpose: bool) -> bool:
         """The node of type ``op`` that makes ``name``, through Identity nodes; each tensor on
         the way read by that one node alone."""
         node = producers.get(name)
-        while node is not None and node.op_type == "Identity" and consumers.get(name, 0) <= 1:
+        while node is not None and node.op_type == "Identity" and len(readers.get(name, [])) <= 1:
             taken.append(node)
             name = node.input[0]
             node = producers.get(name)
-        if node is None or node.op_type != op or (taken and consumers.get(name, 0) > 1):
+        if node is None or node.op_type != op or (taken and len(readers.get(name, [])) > 1):
             return None
         taken.append(node)
         return node
