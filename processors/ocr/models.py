@@ -606,20 +606,24 @@ def _compact_head(model: Any, softmax: Any, classes: int, opset: int) -> None:
         nodes.append(helper.make_node("Pad", [probs, "ctc_pads"], ["ctc_filled"]))
         probs = "ctc_filled"
 
-    def reduce(op: str, source: str, name: str, axis: int) -> Any:
-        if opset >= 18:  # axes as an input from opset 18 (ReduceMax, ReduceMin)
-            return helper.make_node(op, [source, f"ctc_axis{axis}"], [name], keepdims=1)
-        return helper.make_node(op, [source], [name], axes=[axis], keepdims=1)
-
     def ints(name: str, values: list[int]) -> None:
         graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
 
     def floats(name: str, value: Any) -> None:
         graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
 
-    if opset >= 18:  # an initializer no node reads draws a warning from onnxruntime
-        for axis in (2, 3):
+    axes: set[str] = set()
+
+    def reduce(op: str, source: str, name: str, axis: int) -> Any:
+        if opset < 18:
+            return helper.make_node(op, [source], [name], axes=[axis], keepdims=1)
+        # axes as an input from opset 18 (ReduceMax, ReduceMin), made where a node reads it:
+        # onnxruntime warns of an initializer that no node reads
+        if f"ctc_axis{axis}" not in axes:
+            axes.add(f"ctc_axis{axis}")
             ints(f"ctc_axis{axis}", [axis])
+        return helper.make_node(op, [source, f"ctc_axis{axis}"], [name], keepdims=1)
+
     ints("ctc_grouped", [0, 0, groups, CTC_GROUP])
     ints("ctc_steps", [0, 0, groups])
     ints("ctc_one_group", [0, 0, 1, 1])
