@@ -701,10 +701,9 @@ def _setup(engine: str, cfg: BenchConfig, processes: int) -> str:
             f"{cfg.backend}/{cfg.device}{extra} {cfg.model} batch={cfg.batch} "
             f"threads={cfg.threads} x{processes}"
         )
-    if engine == "rapidocr":
-        return f"onnxruntime {cfg.model} threads={cfg.threads} x{processes} no-cls"
-    if engine == "rapidocr-openvino":
-        return f"openvino {cfg.model} threads={cfg.threads} x{processes} no-cls"
+    if engine in RAPIDOCR_RUNTIMES:
+        runtime = RAPIDOCR_RUNTIMES[engine]
+        return f"{runtime} {cfg.model} threads={cfg.threads} x{processes} no-cls"
     if engine == "faster-paddle":
         size = PEER_SIZES.get(cfg.model, "?")
         return f"bundled v6 {size} ocr_batch={cfg.batch} threads={cfg.threads} x{processes}"
