@@ -760,7 +760,7 @@ def det_logits_model(det_path: Path, cache_dir: Path, backend: str = "onnxruntim
         graph = model.graph
         if len(graph.output) != 1:
             return None
-        producers = {out: node for node in graph.node for out in node.output}
+        producers, readers_of = _links(graph)
         chain = []  # the Identity nodes between the Sigmoid and the output
         sigmoid = producers.get(graph.output[0].name)
         while sigmoid is not None and sigmoid.op_type == "Identity":
@@ -769,10 +769,7 @@ def det_logits_model(det_path: Path, cache_dir: Path, backend: str = "onnxruntim
         if sigmoid is None or sigmoid.op_type != "Sigmoid":
             return None
         chained = {node.output[0] for node in chain}
-        readers = [
-            n for n in graph.node if sigmoid.output[0] in n.input and n.output[0] not in chained
-        ]
-        if readers:
+        if any(n.output[0] not in chained for n in readers_of.get(sigmoid.output[0], [])):
             return None  # another node reads the probabilities: keep them in the graph
         logits = sigmoid.input[0]
         for node in chain:  # they pass the logits on
