@@ -16,9 +16,18 @@ from ocrstream.settings import OcrBackend, OcrSettings
 @click.command("calibrate")
 @click.option("--model", default=None, help="Model set [OCRSTREAM_OCR_MODEL].")
 @click.option("--threads", type=int, default=None, help="Engine threads [OCRSTREAM_OCR_THREADS].")
-def calibrate(model: str | None, threads: int | None) -> None:
+@click.option(
+    "--precision",
+    type=click.Choice(["fp16", "fp32"]),
+    default=None,
+    help="fp16: OpenVINO in bf16 races too where the CPU has bf16; fp32: the fp32 runtimes "
+    "alone, as engines run with OCRSTREAM_OCR_PRECISION=fp32 [OCRSTREAM_OCR_PRECISION, else "
+    "fp16].",
+)
+def calibrate(model: str | None, threads: int | None, precision: str | None) -> None:
     """Time det and rec on each installed CPU backend and keep the faster per stage for
-    ``auto`` (engines started later on this machine with the same threads and models)."""
+    ``auto`` (engines started later on this machine with the same threads, models and
+    precision)."""
     from ocrstream.processors.ocr.backends.choice import (
         AGREE,
         NEW_SHAPE_WEIGHT,
@@ -28,7 +37,8 @@ def calibrate(model: str | None, threads: int | None) -> None:
     )
     from ocrstream.processors.ocr.models import load_model_set
 
-    update = {k: v for k, v in {"model": model, "threads": threads}.items() if v is not None}
+    given = {"model": model, "threads": threads, "precision": precision}
+    update = {k: v for k, v in given.items() if v is not None}
     settings = OcrSettings().model_copy(update=update)
     if not settings.on_cpu:
         raise click.UsageError(f"auto is measured on the CPU only, not on {settings.device!r}")
@@ -45,9 +55,9 @@ def calibrate(model: str | None, threads: int | None) -> None:
     versions = ", ".join(f"{k} {v}" for k, v in m["backends"].items())
     click.echo(f"CPU {m['cpu']} ({m['arch']}), {m['threads']} threads; {versions}")
     click.echo(
-        f"model {settings.model}, generated input; ms: the best warm run plus the mean run of "
-        "shapes met for the first time (in brackets), that run weighed "
-        + ", ".join(f"{stage} x{w:g}" for stage, w in NEW_SHAPE_WEIGHT.items())
+        f"model {settings.model}, precision {settings.precision}, generated input; ms: the best "
+        "warm run plus the mean run of shapes met for the first time (in brackets), that run "
+        "weighed " + ", ".join(f"{stage} x{w:g}" for stage, w in NEW_SHAPE_WEIGHT.items())
     )
     rows = [*found.seconds.values(), *found.refused.values()]
     columns = list(dict.fromkeys(k for times in rows for k in times))

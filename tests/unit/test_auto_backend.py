@@ -646,6 +646,54 @@ def test_a_candidate_that_reads_text_wrong_is_refused_however_fast(
     assert rec.split()[-1] == "openvino"
 
 
+def test_engine_calibrate_measures_for_the_precision_it_is_given(
+    tmp_path: Path, both_installed: None, monkeypatch: pytest.MonkeyPatch
+):
+    """On a CPU with bf16 an fp32 engine must not run what auto measured with bf16 racing:
+    ``engine calibrate --precision fp32`` times the fp32 runtimes alone and keeps the choice
+    that fp32 engines read, beside the default precision's, which it leaves as it was."""
+    from click.testing import CliRunner
+
+    from ocrstream.cli import main
+
+    monkeypatch.setattr(choice, "_cpuinfo", lambda: ("Some CPU", "avx512f avx512_bf16"))
+    bf16 = choice.OPENVINO_BF16
+    # bf16 fastest at both stages; without it, OpenVINO's det and onnxruntime's rec
+    slow = {**SLOW, ("openvino", "det"): 0.01, ("onnxruntime", "rec"): 0.01}
+    slow |= {(bf16, "det"): 0.002, (bf16, "rec"): 0.002}
+    monkeypatch.setattr(choice, "default_loader", lambda settings, models: _loader(slow, []))
+    monkeypatch.setenv("OCRSTREAM_OCR_ENGINE_CACHE_DIR", str(tmp_path))
+    args = ["engine", "calibrate", "--model", "ppocrv6-tiny", "--threads", "1"]
+
+    def table(output: str) -> dict[str, list[str]]:
+        return {line.split()[0]: line.split() for line in output.splitlines() if line}
+
+    default = CliRunner().invoke(main, args)
+    assert default.exit_code == 0, default.output
+    assert "precision fp16" in default.output
+    assert bf16 in table(default.output)["stage"]
+    assert table(default.output)["rec"][-1] == bf16
+
+    fp32 = CliRunner().invoke(main, [*args, "--precision", "fp32"])
+    assert fp32.exit_code == 0, fp32.output
+    assert "precision fp32" in fp32.output
+    rows = table(fp32.output)
+    assert bf16 not in rows["stage"]
+    assert (rows["det"][-1], rows["rec"][-1]) == ("openvino", "onnxruntime")
+
+    models = load_model_set("ppocrv6-tiny")
+    kept32 = choice.choose(_settings(tmp_path, precision="fp32"), models)
+    kept16 = choice.choose(_settings(tmp_path), models)
+    assert not kept32.measured
+    assert not kept16.measured
+    assert kept32.stages == {"det": "openvino", "rec": "onnxruntime"}
+    assert kept16.stages == {"det": bf16, "rec": bf16}
+
+    wrong = CliRunner().invoke(main, [*args, "--precision", "int4"])
+    assert wrong.exit_code == 2
+    assert "int4" in wrong.output
+
+
 def test_the_text_probes_are_text_the_models_read_and_noise_reads_apart(tmp_path: Path):
     """What the check compares must be text the models read, or any two runtimes would
     agree on blanks: rec reads the probe's words off its line, det marks the probe page's
