@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one prepared GPU check: the torch backend on CUDA (parity, then pages/s by batch size).
 #
-# Two steps, because the GPU machine (the `run` tool's H200: Python 3.12 with torch cu13,
+# Two steps, because the GPU machine (the `run` tool's H100 or H200, one image: Python 3.12 with torch cu13,
 # torchvision, onnx, CPU onnxruntime, opencv, numpy; no TensorRT, no network) cannot download
 # anything and takes at most 64 MiB of working tree + carried files:
 #
@@ -170,10 +170,17 @@ ref = texts(OcrEngine(OcrSettings(backend="onnxruntime", model_dir=models, threa
             .recognize([parity_page])[0])
 report["parity"]["onnxruntime_cpu"] = ref
 for precision in ("fp16", "bf16"):
-    eng = OcrEngine(OcrSettings(backend="torch", device=DEVICE, precision=precision,
-                                model_dir=models))
-    host = texts(eng.recognize([parity_page])[0])
-    dev = texts(DevicePipeline.from_engine(eng).recognize([parity_page])[0])
+    try:
+        eng = OcrEngine(OcrSettings(backend="torch", device=DEVICE, precision=precision,
+                                    model_dir=models))
+        host = texts(eng.recognize([parity_page])[0])
+        dev = texts(DevicePipeline.from_engine(eng).recognize([parity_page])[0])
+    except Exception as e:  # recorded; the other precision and the benchmarks still run
+        report["parity"][f"torch_{precision}"] = {"engine_path_same": False,
+                                                  "device_path_same": False,
+                                                  "error": f"{type(e).__name__}: {e}"[:1000]}
+        print(precision, "failed:", report["parity"][f"torch_{precision}"]["error"])
+        continue
     report["parity"][f"torch_{precision}"] = {"engine_path_same": host == ref,
                                               "device_path_same": dev == ref,
                                               "engine_path": host, "device_path": dev}
@@ -206,17 +213,26 @@ def per_run(session, shape, runs=20):
 
 
 micro = {}
-for graphs in (False, True):
-    rec = TorchBackend().load(models / "rec.onnx", "rec", SessionOptions(
-        device=DEVICE, precision="fp16", cuda_graphs=graphs and ON_GPU))
-    rec_shapes = ((1, 3, 48, 320), (8, 3, 48, 640), (64, 3, 48, 1024)) if ON_GPU else (
-        (1, 3, 48, 320),)
-    for shape in rec_shapes:
-        micro[f"rec graphs={graphs} {shape}"] = per_run(rec, shape, 20 if ON_GPU else 2)
-det = TorchBackend().load(models / "det.onnx", "det", SessionOptions(device=DEVICE,
-                                                                     precision="fp16"))
-for shape in ((1, 3, 1600, 1152), (8, 3, 1600, 1152)) if ON_GPU else ((1, 3, 320, 320),):
-    micro[f"det {shape}"] = per_run(det, shape, 10 if ON_GPU else 1)
+
+
+def measure_runs():
+    for graphs in (False, True):
+        rec = TorchBackend().load(models / "rec.onnx", "rec", SessionOptions(
+            device=DEVICE, precision="fp16", cuda_graphs=graphs and ON_GPU))
+        rec_shapes = ((1, 3, 48, 320), (8, 3, 48, 640), (64, 3, 48, 1024)) if ON_GPU else (
+            (1, 3, 48, 320),)
+        for shape in rec_shapes:
+            micro[f"rec graphs={graphs} {shape}"] = per_run(rec, shape, 20 if ON_GPU else 2)
+    det = TorchBackend().load(models / "det.onnx", "det", SessionOptions(device=DEVICE,
+                                                                         precision="fp16"))
+    for shape in ((1, 3, 1600, 1152), (8, 3, 1600, 1152)) if ON_GPU else ((1, 3, 320, 320),):
+        micro[f"det {shape}"] = per_run(det, shape, 10 if ON_GPU else 1)
+
+
+try:
+    measure_runs()
+except Exception as e:  # recorded; the page benchmarks still run
+    micro["error"] = f"{type(e).__name__}: {e}"[:1000]
 for k, v in micro.items():
     print("per run:", k, v)
 report["per_run"] = micro
@@ -245,10 +261,27 @@ def engine(precision, shapes, graphs):
 
 def bench(precision, batch, device_path, min_pages, shapes="ladder", graphs=False):
     """Two passes over the same pages: the first meets every shape new (cuDNN builds its plans
-    then), the second is a long-running worker's speed. Skipped past the time budget."""
+    then), the second is a long-running worker's speed. Skipped past the time budget. A
+    configuration that fails (CUDA out of memory on a smaller card, say) is written to the
+    report with its error, and the next one runs: the device's minutes are too few to lose
+    the rest of the check to one of them."""
     if time.perf_counter() - _t0 > BUDGET_S:
         print("skipped (time budget):", precision, batch, device_path, shapes)
         return
+    try:
+        _bench(precision, batch, device_path, min_pages, shapes, graphs)
+    except Exception as e:  # recorded, then the next configuration
+        error = f"{type(e).__name__}: {e}"[:1000]
+        print("failed:", precision, batch, device_path, shapes, graphs, error)
+        report["runs"].append({"precision": precision, "batch": batch,
+                               "device_pipeline": device_path, "rec_shapes": shapes,
+                               "cuda_graphs": graphs, "error": error})
+        save()
+        if ON_GPU:
+            torch.cuda.empty_cache()
+
+
+def _bench(precision, batch, device_path, min_pages, shapes, graphs):
     eng = engine(precision, shapes, graphs and ON_GPU)
     rec_params = dataclasses.replace(eng.rec_params, max_batch_width=256 * 320)
     pipe = DevicePipeline(eng._det, eng._rec, eng._charset, det_params=eng.det_params,
