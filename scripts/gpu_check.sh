@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The one prepared GPU check: the torch backend on CUDA (parity, then pages/s by batch size).
 #
-# Two steps, because the GPU machine (the `run` tool's H100 or H200, one image: Python 3.12 with torch cu13,
-# torchvision, onnx, CPU onnxruntime, opencv, numpy; no TensorRT, no network) cannot download
-# anything and takes at most 64 MiB of working tree + carried files:
+# Two steps, because the GPU machine (the `run` tool's H100 or H200, one image: Python 3.12
+# with torch cu13, torchvision, onnx, CPU onnxruntime, opencv, numpy; no TensorRT, no network)
+# cannot download anything and takes at most 64 MiB of working tree + carried files:
 #
 #   1. here, on the dev machine (PyPI reachable, the project's venv installed):
 #          bash scripts/gpu_check.sh prepare
@@ -161,6 +161,11 @@ def save():
     out_path.write_text(json.dumps(report, indent=2))
 
 
+def failure(e):
+    """What the report says of a step that raised: the exception's type and message."""
+    return f"{type(e).__name__}: {e}"[:1000]
+
+
 def texts(page):
     return [ln.text for ln in page.lines]
 
@@ -178,7 +183,7 @@ for precision in ("fp16", "bf16"):
     except Exception as e:  # recorded; the other precision and the benchmarks still run
         report["parity"][f"torch_{precision}"] = {"engine_path_same": False,
                                                   "device_path_same": False,
-                                                  "error": f"{type(e).__name__}: {e}"[:1000]}
+                                                  "error": failure(e)}
         print(precision, "failed:", report["parity"][f"torch_{precision}"]["error"])
         continue
     report["parity"][f"torch_{precision}"] = {"engine_path_same": host == ref,
@@ -232,7 +237,7 @@ def measure_runs():
 try:
     measure_runs()
 except Exception as e:  # recorded; the page benchmarks still run
-    micro["error"] = f"{type(e).__name__}: {e}"[:1000]
+    micro["error"] = failure(e)
 for k, v in micro.items():
     print("per run:", k, v)
 report["per_run"] = micro
@@ -271,7 +276,7 @@ def bench(precision, batch, device_path, min_pages, shapes="ladder", graphs=Fals
     try:
         _bench(precision, batch, device_path, min_pages, shapes, graphs)
     except Exception as e:  # recorded, then the next configuration
-        error = f"{type(e).__name__}: {e}"[:1000]
+        error = failure(e)
         print("failed:", precision, batch, device_path, shapes, graphs, error)
         report["runs"].append({"precision": precision, "batch": batch,
                                "device_pipeline": device_path, "rec_shapes": shapes,
