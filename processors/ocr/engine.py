@@ -174,17 +174,7 @@ class OcrEngine:
             else create_stages(settings, self.models, shared_choices)
         )
         self._backend, self._rec_backend = stages["det"], stages["rec"]
-        self.det_params = det_params or det_mod.DetParams(
-            limit_side=settings.det_limit_side,
-            line_height=settings.det_line_height,
-            max_limit_side=settings.det_max_limit_side,
-            max_line_height=self.models.det_max_line_height
-            if settings.det_max_line_height is None
-            else settings.det_max_line_height,
-            mean=self.models.det_mean,
-            std=self.models.det_std,
-            ladder=settings.det_shape_ladder,
-        )
+        self.det_params = det_params or self._det_params(settings)
         self.rec_params = rec_params or rec_mod.RecParams.from_settings(
             settings, self.models.rec_crop_margin
         )
@@ -292,6 +282,24 @@ class OcrEngine:
             self._info.device,
             settings.threads,
             self._info.model,
+        )
+
+    def _det_params(self, settings: OcrSettings) -> det_mod.DetParams:
+        """Det's budget from the settings; its normalisation, large-print limit, DB threshold
+        and unclip ratio from the model set where it has its own."""
+        m, usual = self.models, det_mod.DetParams()
+        return det_mod.DetParams(
+            limit_side=settings.det_limit_side,
+            line_height=settings.det_line_height,
+            max_limit_side=settings.det_max_limit_side,
+            max_line_height=m.det_max_line_height
+            if settings.det_max_line_height is None
+            else settings.det_max_line_height,
+            mean=m.det_mean,
+            std=m.det_std,
+            ladder=settings.det_shape_ladder,
+            thresh=usual.thresh if m.det_thresh is None else m.det_thresh,
+            unclip_ratio=usual.unclip_ratio if m.det_unclip_ratio is None else m.det_unclip_ratio,
         )
 
     def fingerprint(self, mode: str) -> str:

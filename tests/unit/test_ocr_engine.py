@@ -533,6 +533,29 @@ def test_fingerprint_follows_models_options_and_mode(
     assert text != OcrEngine(as_they_come).fingerprint("text")  # turned pages read as noise
 
 
+def test_the_set_of_v6_small_rec_and_v6_tiny_det_reads_with_its_own_box_thresholds(
+    ocr_engine: OcrEngine, scanned: bytes
+) -> None:
+    """ppocrv6-small-tinydet: v6 tiny's det file with its own DB threshold and unclip ratio,
+    v6 small's rec; it reads the page, and its pages are not taken for the default's in the
+    page cache."""
+    spec = MODEL_SETS["ppocrv6-small-tinydet"]
+    mixed = OcrEngine(OcrSettings(model=spec.name, auto_measure=False))
+    assert mixed.models.det_path == load_model_set("ppocrv6-tiny").det_path
+    assert mixed.models.rec_path == load_model_set("ppocrv6-small").rec_path
+    params = mixed.det_params
+    assert (params.thresh, params.unclip_ratio) == (spec.det_thresh, spec.det_unclip_ratio)
+    assert (params.thresh, params.unclip_ratio) != (
+        ocr_engine.det_params.thresh,
+        ocr_engine.det_params.unclip_ratio,
+    )  # the default keeps det.DetParams' own
+    (page,) = mixed.recognize([scanned])
+    assert page.status == "ok"
+    assert cer(page.text, TRUTH) < 0.05, page.text
+    assert mixed.info.model == spec.name
+    assert mixed.fingerprint("text") != ocr_engine.fingerprint("text")
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("openvino") is None, reason="openvino is not installed"
 )
