@@ -59,10 +59,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import cv2
-import numpy as np
-import pymupdf
-
 from ocrstream.bench.datasets import render_a4_page
 from ocrstream.processors.ocr.models import MODEL_SETS, verify
 
