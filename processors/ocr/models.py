@@ -202,7 +202,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             dict_file=None,
             cls=_CLS_MOBILE,
             description="PP-OCRv6 small's rec with v6 tiny's det: between the default and the "
-            "fast profile (1.1-1.4x the default's pages/s on a Zen 4, receipts' CER +0.002)",
+            "fast profile (1.07-1.20x the default's pages/s on a Zen 4, receipts' nCER +0.0026)",
             rec_crop_margin=0.16,
             det_max_line_height=DET_MAX_LINE_HEIGHT_V6_TINY,
             rec_column_thicken=3,
