@@ -35,3 +35,5 @@ def quantize(models: tuple[str, ...]) -> None:
         )
         for kind, path in sorted(engine.int8_models.items()):
             click.echo(f"  {kind}\t{path}")
+        if not engine.int8_models:
+            click.echo(f"  none: the int8 profile runs {name} in fp32 (INT8 did not pay for it)")

@@ -195,6 +195,33 @@ def test_int8_models_are_built_once_reused_by_the_next_process_and_read_like_fp3
     assert Levenshtein.distance(int8, fp32_text) <= 0.005 * len(fp32_text)
 
 
+@pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed")
+def test_a_set_int8_did_not_pay_for_runs_in_fp32_and_the_user_is_told(tmp_path, caplog):
+    from ocrstream.bench.datasets import render_a4_page
+    from ocrstream.processors.ocr.engine import OcrEngine
+
+    assert int8_kinds("ppocrv6-small-tinydet") == frozenset()  # measured: docs/benchmarks.md
+    image, _ = render_a4_page(seed=5, dpi=100)
+    texts = {}
+    for precision in ("int8", "fp32"):
+        settings = OcrSettings(model="ppocrv6-small-tinydet", threads=2, precision=precision,
+                               engine_cache_dir=tmp_path / "cache")  # fmt: skip
+        with caplog.at_level("WARNING", logger="ocrstream.processors.ocr.quantize"):
+            engine = OcrEngine(settings)
+        try:
+            texts[precision] = [ln.text for ln in engine.recognize([image])[0].lines]
+            if precision == "int8":
+                assert engine.int8_models == {}
+                assert " int8:" not in engine.info.version
+        finally:
+            engine.close()
+    assert "quantises no model of ppocrv6-small-tinydet" in caplog.text
+    assert "building it now" not in caplog.text
+    assert not (tmp_path / "cache" / "openvino" / "int8").exists()  # nothing built
+    assert texts["int8"]
+    assert texts["int8"] == texts["fp32"]
+
+
 def _plant(folder: Path, stem: str, fmt: int | None, versions: str) -> list[Path]:
     """An INT8 model's three files as :func:`quantize.build` leaves them (``fmt`` None: no
     manifest, as after a crash between the model and its manifest)."""
