@@ -256,6 +256,11 @@ class OcrSettings(BaseSettings):
     # the next line is that close (processors/ocr/geometry.grow_for_rec); 0: the box as it is;
     # None: the model set's own (processors/ocr/models.py, ModelSetSpec.rec_crop_margin).
     rec_crop_margin: float | None = Field(default=None, ge=0.0, le=0.5)
+    # Horizontal line crops at least this many px tall but shorter than rec_height are read at
+    # their own height, padded to rec_height, instead of enlarged (rec.crop_line): fewer
+    # columns. 0: every crop enlarged; None: the model set's own
+    # (processors/ocr/models.py, ModelSetSpec.rec_native_min_height).
+    rec_native_min_height: int | None = Field(default=None, ge=0, le=512)
     # A space the greedy CTC path lost is read back where the space class's probability
     # reached this on the blank steps between two characters (rec.ctc_greedy); 0: off.
     rec_space_min: float = Field(default=0.1, ge=0.0, le=1.0)

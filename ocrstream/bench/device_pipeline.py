@@ -40,6 +40,7 @@ are the CPU engine's own functions (``det``, ``rec``, ``geometry``), so both pat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -385,14 +386,17 @@ class DevicePipeline:
 
     @classmethod
     def from_engine(cls, engine: Any) -> DevicePipeline:
-        """Reuse an :class:`OcrEngine`'s loaded sessions, charset and parameters."""
+        """Reuse an :class:`OcrEngine`'s loaded sessions, charset and parameters. Every line
+        is sampled to rec's height here (:func:`crop_lines`): the engine's lines read at their
+        own height and padded (``RecParams.native_min_height``, v6 small) are not, so on such
+        pages this pipeline reads a few more columns than the engine."""
         settings = engine.settings
         return cls(
             engine._det,
             engine._rec,
             engine._charset,
             det_params=engine.det_params,
-            rec_params=engine.rec_params,
+            rec_params=dataclasses.replace(engine.rec_params, native_min_height=0),
             det_batch=settings.det_batch_size,
             rec_batch=settings.rec_batch_lines,
             min_confidence=settings.min_confidence,

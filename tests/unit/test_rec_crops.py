@@ -237,3 +237,80 @@ def test_columns_scanned_a_little_askew_get_the_crops_they_would_get_straight(de
     # straight, each column grows by 6 px on both sides, towards the other one too
     np.testing.assert_allclose(want[0], box(2994, 300, 3066, 3000), atol=1e-4)
     np.testing.assert_allclose(want[1], box(2909, 300, 2981, 3000), atol=1e-4)
+
+
+def test_a_line_a_little_shorter_than_recs_height_is_padded_to_it_not_enlarged():
+    """With ``native_min_height`` a horizontal line from that height up to rec's 48 px is cut
+    at its own height and its first and last rows repeated up to 48: rec reads as many
+    columns as the line has. A shorter line, a taller one and a column are cut as before."""
+    import dataclasses
+
+    from ocrstream.processors.ocr import rec as rec_mod
+
+    page = render_text_page(["Net 30 days; late payments accrue 1.5% a month"], fontsize=7.0,
+                            width_in=6.0, margin_pt=36.0)  # fmt: skip
+    params = rec_mod.RecParams(native_min_height=32)
+    enlarging = dataclasses.replace(params, native_min_height=0)
+    quad = _turned_box(140, 140, 1200, 36, 0.0)
+
+    padded = rec_mod.crop_line(page, quad, params)
+    assert padded.shape == (48, 1200, 3)  # enlarged, it would be 1,600 columns
+    assert rec_mod.crop_line(page, quad, enlarging).shape == (48, 1600, 3)
+    own = rec_mod.crop_line(page, quad, dataclasses.replace(enlarging, height=36))
+    np.testing.assert_array_equal(padded[6:42], own)  # the line itself, in the middle
+    np.testing.assert_array_equal(padded[:6], np.repeat(own[:1], 6, axis=0))
+    np.testing.assert_array_equal(padded[42:], np.repeat(own[-1:], 6, axis=0))
+    assert np.abs(255 - own.astype(np.int16)).mean() > 10  # there is text in it
+
+    # the height grow_for_rec gives counts: a 30-px crop cut at its neighbour, 34 px whole
+    cut = rec_mod.crop_line(page, _turned_box(140, 142, 1200, 30, 0.0), params, height=34.0)
+    assert cut.shape == (48, 1200, 3)
+    for other in (
+        _turned_box(140, 142, 1200, 30, 0.0),  # under 32 px: enlarged, as a receipt's line
+        _turned_box(140, 130, 1200, 52, 0.0),  # rec's height or more: shrunk as before
+        _turned_box(300, 100, 40, 400, 0.0),  # a column: turned upright as before
+    ):
+        np.testing.assert_array_equal(
+            rec_mod.crop_line(page, other, params), rec_mod.crop_line(page, other, enlarging)
+        )
+
+
+def test_v6_smalls_rec_reads_small_print_at_its_own_height_as_it_reads_it_enlarged(
+    ocr_engine: OcrEngine, monkeypatch: pytest.MonkeyPatch
+):
+    """The default set reads lines 32-47 px tall unenlarged (measured on the dev sets); a
+    page of 7-pt print reads the same either way in fewer columns, the page cache tells the
+    two apart, and the fast profile's rec, which read small print worse so, keeps enlarging."""
+    from ocrstream.processors.ocr import rec as rec_mod
+    from ocrstream.processors.ocr.models import load_model_set
+
+    columns: list[int] = []
+    cut = rec_mod.crop_line
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        line = cut(*args, **kwargs)
+        columns.append(line.shape[1])
+        return line
+
+    monkeypatch.setattr(rec_mod, "crop_line", counted)
+
+    lines = ["Terms: net 30 days from the invoice date; 1.5% a month",
+             "accrues on late balances. Order 88213-B, 14 cartons."]  # fmt: skip
+    page_bytes = scan_noise(render_text_page(lines, fontsize=7.0), angle=0.0, sigma=3.0,
+                            quality=90)  # fmt: skip
+    assert ocr_engine.rec_params.native_min_height == 32
+    assert load_model_set("ppocrv6-tiny").rec_native_min_height == 0
+    assert load_model_set("ppocrv6-small-tinydet").rec_native_min_height == 0
+    enlarging = OcrEngine(ocr_engine.settings.model_copy(update={"rec_native_min_height": 0}))
+    try:
+        assert enlarging.rec_params.native_min_height == 0
+        (native,) = ocr_engine.recognize([page_bytes])
+        native_columns = sum(columns)
+        columns.clear()
+        (enlarged,) = enlarging.recognize([page_bytes])
+        assert native_columns < 0.9 * sum(columns)
+        assert [line.text for line in enlarged.lines] == lines
+        assert [line.text for line in native.lines] == lines
+        assert ocr_engine.fingerprint("text") != enlarging.fingerprint("text")
+    finally:
+        enlarging.close()
