@@ -74,10 +74,11 @@ REC_CROP_MARGIN = 0.04
 # receipts worse at every height tried (12-24 px), so it keeps the budget's scale
 # (docs/benchmarks.md, session 19).
 DET_MAX_LINE_HEIGHT_V6_TINY = 12.0
-# v6 small's rec reads line crops 32-47 px tall at their own height (ModelSetSpec.
-# rec_native_min_height): 32 and 36 read the dev sets alike, 40 saved half as many columns;
-# enlarging crops under 32 px to only 40 cost the receipts 69 edits (session 52).
-REC_NATIVE_MIN_HEIGHT_V6_SMALL = 32
+# v6 small's rec reads line crops 40-47 px tall at their own height (ModelSetSpec.
+# rec_native_min_height): 4-6% less of rec's time on small print and 200-DPI A4 at the same
+# edits. From 32 px it saved 10-15% but cost receipts scanned at 200 DPI 66 edits (+0.0023
+# nCER) and small print 3; enlarging crops under 32 px to only 40 cost receipts 69 (session 52).
+REC_NATIVE_MIN_HEIGHT_V6_SMALL = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +110,8 @@ class ModelSetSpec:
     # Horizontal line crops at least this many px tall but under rec's 48 are read at their own
     # height, padded to 48, not enlarged (rec.RecParams.native_min_height), unless
     # OCRSTREAM_OCR_REC_NATIVE_MIN_HEIGHT says otherwise; 0 = off. v6 small's rec read the dev
-    # sets so as well, in 10-15% fewer columns on small print and 200-DPI scans; v6 tiny's read
-    # small print worse (7 to 25 edits at 32), and so did v6 small's rec behind v6 tiny's det
+    # and held-out sets so as well from 40 px (REC_NATIVE_MIN_HEIGHT_V6_SMALL); v6 tiny's read
+    # small print worse (7 to 16 edits at 36), and so did v6 small's rec behind v6 tiny's det
     # (ppocrv6-small-tinydet): off, as for the models it was not measured with
     # (docs/benchmarks.md, session 52).
     rec_native_min_height: int = 0

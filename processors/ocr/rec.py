@@ -54,8 +54,8 @@ class RecParams:
     # (models.ModelSetSpec.rec_crop_margin) unless the settings name one.
     crop_margin: float = REC_CROP_MARGIN
     # A horizontal crop at least this tall but shorter than ``height`` is read at its own
-    # height, its top and bottom rows repeated to ``height``, not enlarged: 10-15% fewer
-    # columns on small print and 200-DPI scans (crop_line); 0: every crop enlarged.
+    # height, its top and bottom rows repeated to ``height``, not enlarged: fewer columns
+    # (crop_line); 0: every crop enlarged.
     native_min_height: int = 0
     # Restore a lost space where the space class reached this between two characters
     # (ctc_greedy); 0: the greedy path as it is.
@@ -161,9 +161,9 @@ def crop_line(
     A horizontal line at least ``params.native_min_height`` tall (with ``height``) but shorter
     than rec's height is cut at its own height and its top and bottom rows repeated up to
     rec's, so that rec reads as many columns as the line has, not 48 / its height times
-    more. v6 small read the dev sets so with as many edits, 10-15% fewer columns on small
-    print and 200-DPI scans; a shorter line, a thermal receipt's, reads worse unless enlarged
-    (docs/benchmarks.md, session 52).
+    more. v6 small read small print and 200-DPI A4 so from 40 px with as many edits and 4-6%
+    less rec time; from 32 px, receipts scanned at 200 DPI read worse (docs/benchmarks.md,
+    session 52).
     """
     if stands(quad):
         return resize_line(crop_quad(image, quad), params)
