@@ -75,7 +75,7 @@ REC_CROP_MARGIN = 0.04
 # (docs/benchmarks.md, session 19).
 DET_MAX_LINE_HEIGHT_V6_TINY = 12.0
 # v6 small's rec reads line crops 40-47 px tall at their own height (ModelSetSpec.
-# rec_native_min_height): 4-6% less of rec's time on small print and 200-DPI A4 at the same
+# rec_native_min_height): 2-10% less of rec's time on small print and 200-DPI A4 at the same
 # edits. From 32 px it saved 10-15% but cost receipts scanned at 200 DPI 66 edits (+0.0023
 # nCER) and small print 3; enlarging crops under 32 px to only 40 cost receipts 69 (session 52).
 REC_NATIVE_MIN_HEIGHT_V6_SMALL = 40
@@ -221,8 +221,9 @@ MODEL_SETS: dict[str, ModelSetSpec] = {
             rec_crop_margin=0.16,
             det_max_line_height=DET_MAX_LINE_HEIGHT_V6_TINY,
             rec_column_thicken=3,
-            # not v6 small's 32: with this det's boxes and crops cut taller, lines read at their
-            # own height cost the receipts 92 edits and small print at 200 DPI 117 (session 52)
+            # rec_native_min_height off: with this det's boxes and crops cut taller, lines read at
+            # their own height from 32 px cost the receipts 92 edits and small print at 200 DPI
+            # 117 (session 52)
             det_thresh=0.4,
             det_unclip_ratio=1.5,
         ),

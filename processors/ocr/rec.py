@@ -161,7 +161,7 @@ def crop_line(
     A horizontal line at least ``params.native_min_height`` tall (with ``height``) but shorter
     than rec's height is cut at its own height and its top and bottom rows repeated up to
     rec's, so that rec reads as many columns as the line has, not 48 / its height times
-    more. v6 small read small print and 200-DPI A4 so from 40 px with as many edits and 4-6%
+    more. v6 small read small print and 200-DPI A4 so from 40 px with as many edits and 2-10%
     less rec time; from 32 px, receipts scanned at 200 DPI read worse (docs/benchmarks.md,
     session 52).
     """
