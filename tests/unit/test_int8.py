@@ -218,6 +218,18 @@ def test_a_set_int8_did_not_pay_for_runs_in_fp32_and_the_user_is_told(tmp_path, 
     assert "quantises no model of ppocrv6-small-tinydet" in caplog.text
     assert "building it now" not in caplog.text
     assert not (tmp_path / "cache" / "openvino" / "int8").exists()  # nothing built
+    from click.testing import CliRunner
+
+    from ocrstream.cli import main
+
+    result = CliRunner().invoke(
+        main, ["engine", "quantize", "--model", "ppocrv6-small-tinydet"],
+        env={"OCRSTREAM_OCR_ENGINE_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "ppocrv6-small-tinydet: nothing to build" in result.output
+    assert "int8 models ready" not in result.output
+    assert not (tmp_path / "cache" / "openvino" / "int8").exists()
     assert texts["int8"]
     assert texts["int8"] == texts["fp32"]
 
